@@ -1,0 +1,893 @@
+//! The client/coordinator: publishes the offer, collects bids, assigns by price, reputation and
+//! hardware fit, watches heartbeats, reassigns on loss or rejection, and submits a checkpoint
+//! decision once a verifier quorum has voted.
+//!
+//! ```text
+//!  JobCreated ──> Bidding ──(window over, best bid)──> Assigning ──ProviderAssigned──> Running
+//!                   ^  └─(no usable bid: re-offer)─┘       │ TxFailed / assign_timeout    │
+//!                   └──────────────────────────────────────┴───── lost / rejected / released
+//!  Running ──(last step accepted | JobCompleted | JobExpired)──> Finished
+//! ```
+//! Reassignment first tries the standby bids providers sent for the next epoch, so a failover
+//! needs no bidding round.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use alloy_primitives::{Address, U256};
+
+use crate::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
+use crate::detector::{DetectorConfig, FailureDetector};
+use crate::eip712::EscrowDomain;
+use crate::io::{Input, Notice, Output, StateMachine};
+use crate::messages::{Bid, CheckpointAnnounce, Heartbeat, JobOffer, Vote};
+use crate::reputation::{self, Reputation};
+use crate::signing::{Sig65, SigningKey};
+use crate::spec::JobSpec;
+use crate::time::Time;
+use crate::topics::{JOBS_TOPIC, job_topic};
+use crate::types::{Epoch, Hash, JobId, Step};
+use crate::validation::{IgnoreReason, RejectReason, Verdict, check_message};
+use crate::wire::Message;
+
+/// Bids for epochs further ahead than this are ignored rather than stored: they cannot be
+/// used before the epochs in between.
+const MAX_BID_EPOCH_LEAD: Epoch = 2;
+/// Anyone can make a key and bid, so the bid book per job is bounded; the chain refuses
+/// unstaked providers anyway.
+const MAX_BIDS_PER_JOB: usize = 256;
+/// Bound on open vote tallies per job: even listed verifiers must not grow our memory at will.
+const MAX_TALLIES_PER_JOB: usize = 1024;
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub domain: EscrowDomain,
+    pub detector: DetectorConfig,
+    /// How long the first bidding round (and each re-offer) collects bids.
+    pub bid_window: Duration,
+    /// A bid must stay valid this many seconds past the latest block time to be used, so the
+    /// `assign` transaction lands before it expires.
+    pub bid_expiry_margin_secs: u64,
+    /// An `assign` neither confirmed nor failed after this long is given up on (a dropped
+    /// transaction must not stall the job); if it lands later, its event is adopted anyway.
+    pub assign_timeout: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(domain: EscrowDomain) -> Self {
+        ClientConfig {
+            domain,
+            detector: DetectorConfig::default(),
+            bid_window: Duration::from_millis(500),
+            bid_expiry_margin_secs: 12,
+            assign_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What the client needs besides the spec to call `createJob`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobParams {
+    pub token: Address,
+    pub budget: U256,
+    pub max_price_per_step: U256,
+    pub verifiers: Vec<Address>,
+    pub quorum: u8,
+    pub deadline: u64,
+    pub grace: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Bidding {
+        until: Time,
+    },
+    Assigning {
+        tx: TxId,
+        provider: Address,
+        until: Time,
+    },
+    Running,
+    Finished,
+}
+
+/// Read-only view of one job, for the dashboard, tests and the simulator's assertions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobStatus {
+    pub spec_hash: Hash,
+    pub phase: Phase,
+    pub epoch: Epoch,
+    pub provider: Option<Address>,
+    pub last_accepted: Step,
+    pub last_accepted_hash: Hash,
+    pub last_reported_step: Step,
+    pub excluded: Vec<Address>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Tally {
+    accepts: BTreeMap<Address, Sig65>,
+    rejects: BTreeMap<Address, Sig65>,
+}
+
+#[derive(Clone, Debug)]
+struct ClientJob {
+    spec_hash: Hash,
+    spec: Option<JobSpec>,
+    total_steps: Step,
+    interval: Step,
+    max_price: U256,
+    verifiers: Vec<Address>,
+    quorum: u8,
+    epoch: Epoch,
+    provider: Option<Address>,
+    last_accepted: Step,
+    last_accepted_hash: Hash,
+    phase: Phase,
+    bids: BTreeMap<(Epoch, Address), Bid>,
+    excluded: BTreeSet<Address>,
+    detector: Option<FailureDetector>,
+    last_seq: Option<u64>,
+    last_reported_step: Step,
+    announced: BTreeSet<(Epoch, Step, Hash)>,
+    tallies: BTreeMap<(Epoch, Step, Hash), Tally>,
+    submitted: BTreeSet<(Epoch, Step)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum PendingTx {
+    Assign {
+        job_id: JobId,
+        epoch: Epoch,
+        provider: Address,
+    },
+    Decision {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+    },
+    Other,
+}
+
+#[derive(Debug)]
+pub struct Client {
+    config: ClientConfig,
+    key: SigningKey,
+    specs: BTreeMap<Hash, JobSpec>,
+    jobs: BTreeMap<JobId, ClientJob>,
+    reputation: Reputation,
+    block_time: u64,
+    next_tx: u64,
+    pending: BTreeMap<TxId, PendingTx>,
+    outputs: VecDeque<Output>,
+    /// While replaying history on restart: state changes, no outputs.
+    replaying: bool,
+}
+
+impl Client {
+    pub fn new(config: ClientConfig, key: SigningKey) -> Self {
+        Client {
+            config,
+            key,
+            specs: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            reputation: Reputation::default(),
+            block_time: 0,
+            next_tx: 0,
+            pending: BTreeMap::new(),
+            outputs: VecDeque::new(),
+            replaying: false,
+        }
+    }
+
+    /// Rebuilds a restarted client from the escrow's event history (the chain is the only
+    /// shared authority) and the specs it kept. Nothing from the replay is re-emitted; the
+    /// client then re-subscribes, re-offers open jobs and re-arms failure detection from `now`
+    /// (a provider that died while we were down is caught one timeout later).
+    pub fn restore(
+        config: ClientConfig,
+        key: SigningKey,
+        specs: impl IntoIterator<Item = JobSpec>,
+        history: impl IntoIterator<Item = (u64, ChainEvent)>,
+        now: Time,
+    ) -> Self {
+        let mut c = Client::new(config, key);
+        for spec in specs {
+            c.specs.insert(spec.spec_hash(), spec);
+        }
+        c.replaying = true;
+        for (block_time, event) in history {
+            c.on_chain(now, block_time, event);
+        }
+        c.replaying = false;
+        let ids: Vec<JobId> = c.jobs.keys().copied().collect();
+        for job_id in ids {
+            let Some(job) = c.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            match job.phase {
+                Phase::Finished => continue,
+                Phase::Running => {
+                    job.detector = Some(FailureDetector::new(c.config.detector, now));
+                }
+                Phase::Bidding { .. } | Phase::Assigning { .. } => {
+                    job.phase = Phase::Bidding {
+                        until: now.saturating_add(c.config.bid_window),
+                    };
+                    c.publish_offer(job_id);
+                }
+            }
+            c.emit(Output::Subscribe {
+                topic: job_topic(job_id),
+            });
+        }
+        c
+    }
+
+    pub fn address(&self) -> Address {
+        self.key.address()
+    }
+
+    pub fn reputation(&self) -> &Reputation {
+        &self.reputation
+    }
+
+    pub fn job_status(&self, job_id: JobId) -> Option<JobStatus> {
+        self.jobs.get(&job_id).map(|j| JobStatus {
+            spec_hash: j.spec_hash,
+            phase: j.phase,
+            epoch: j.epoch,
+            provider: j.provider,
+            last_accepted: j.last_accepted,
+            last_accepted_hash: j.last_accepted_hash,
+            last_reported_step: j.last_reported_step,
+            excluded: j.excluded.iter().copied().collect(),
+        })
+    }
+
+    /// Starts a job: remembers its spec and submits `createJob`. The offer goes out when the
+    /// chain confirms with `JobCreated` (only then is there a job id to bid on).
+    pub fn create_job(&mut self, spec: JobSpec, params: JobParams) -> TxId {
+        let spec_hash = spec.spec_hash();
+        let tx = ChainTx::CreateJob {
+            token: params.token,
+            budget: params.budget,
+            max_price_per_step: params.max_price_per_step,
+            total_steps: spec.total_steps,
+            checkpoint_interval: spec.checkpoint_interval,
+            spec_hash,
+            verifiers: params.verifiers,
+            quorum: params.quorum,
+            deadline: params.deadline,
+            grace: params.grace,
+        };
+        self.specs.insert(spec_hash, spec);
+        self.submit(tx, PendingTx::Other)
+    }
+
+    /// Submits `expire` (after deadline + grace the escrow refunds the unspent budget).
+    pub fn expire(&mut self, job_id: JobId) -> TxId {
+        self.submit(ChainTx::Expire { job_id }, PendingTx::Other)
+    }
+
+    /// Submits `withdraw` for refunds credited to this client.
+    pub fn withdraw(&mut self, token: Address) -> TxId {
+        self.submit(ChainTx::Withdraw { token }, PendingTx::Other)
+    }
+
+    /// Ends the current epoch without a replacement (`releaseProvider`).
+    pub fn release_provider(&mut self, job_id: JobId) -> TxId {
+        self.submit(ChainTx::ReleaseProvider { job_id }, PendingTx::Other)
+    }
+
+    fn emit(&mut self, out: Output) {
+        if !self.replaying {
+            self.outputs.push_back(out);
+        }
+    }
+
+    fn submit(&mut self, tx: ChainTx, pending: PendingTx) -> TxId {
+        let id = TxId(self.next_tx);
+        self.next_tx += 1;
+        if !self.replaying {
+            self.pending.insert(id, pending);
+        }
+        self.emit(Output::SubmitTx { id, tx });
+        id
+    }
+
+    fn publish_offer(&mut self, job_id: JobId) {
+        let Some(job) = self.jobs.get(&job_id) else {
+            return;
+        };
+        let Some(spec) = job.spec.clone() else {
+            self.emit(Output::Notice(Notice::UnknownJob { job_id }));
+            return;
+        };
+        let offer = JobOffer {
+            job_id,
+            client: self.key.address(),
+            next_epoch: job.epoch.saturating_add(1),
+            spec,
+            max_price_per_step: job.max_price,
+            verifiers: job.verifiers.clone(),
+            quorum: job.quorum,
+            signature: Sig65::ZERO,
+        }
+        .sign(&self.key);
+        self.emit(Output::Publish {
+            topic: JOBS_TOPIC.to_owned(),
+            message: Message::JobOffer(offer),
+        });
+    }
+
+    /// The best usable bid for the next epoch: cheapest, then best reputation, then lowest
+    /// address (a deterministic tie-break, so the simulator replays).
+    fn best_bid(&self, job: &ClientJob) -> Option<Bid> {
+        let next = job.epoch.saturating_add(1);
+        let min_expiry = self
+            .block_time
+            .saturating_add(self.config.bid_expiry_margin_secs);
+        job.bids
+            .range((next, Address::ZERO)..=(next, Address::repeat_byte(0xff)))
+            .map(|(_, b)| b)
+            .filter(|b| b.expiry > min_expiry)
+            .filter(|b| b.price_per_step <= job.max_price)
+            .filter(|b| !job.excluded.contains(&b.provider))
+            .filter(|b| !self.reputation.is_banned(&b.provider))
+            .filter(|b| {
+                job.spec
+                    .as_ref()
+                    .is_none_or(|s| b.hardware.memory_bytes >= s.min_memory_bytes)
+            })
+            .min_by_key(|b| {
+                (
+                    b.price_per_step,
+                    -self.reputation.score(&b.provider),
+                    b.provider,
+                )
+            })
+            .cloned()
+    }
+
+    /// Picks a provider now if a usable bid is at hand, else opens a bidding round.
+    fn assign_or_bid(&mut self, now: Time, job_id: JobId) {
+        let Some(job) = self.jobs.get(&job_id) else {
+            return;
+        };
+        let epoch = job.epoch.saturating_add(1);
+        match self.best_bid(job) {
+            Some(bid) => {
+                let tx = ChainTx::Assign {
+                    job_id,
+                    provider: bid.provider,
+                    price_per_step: bid.price_per_step,
+                    bid_expiry: bid.expiry,
+                    bid_signature: bid.signature,
+                };
+                let id = self.submit(
+                    tx,
+                    PendingTx::Assign {
+                        job_id,
+                        epoch,
+                        provider: bid.provider,
+                    },
+                );
+                if let Some(job) = self.jobs.get_mut(&job_id) {
+                    job.phase = Phase::Assigning {
+                        tx: id,
+                        provider: bid.provider,
+                        until: now + self.config.assign_timeout,
+                    };
+                }
+                self.emit(Output::Notice(Notice::ProviderSelected {
+                    job_id,
+                    epoch,
+                    provider: bid.provider,
+                    price_per_step: bid.price_per_step,
+                }));
+            }
+            None => {
+                if let Some(job) = self.jobs.get_mut(&job_id) {
+                    job.phase = Phase::Bidding {
+                        until: now.saturating_add(self.config.bid_window),
+                    };
+                }
+                self.emit(Output::Notice(Notice::NoUsableBids { job_id, epoch }));
+                self.publish_offer(job_id);
+            }
+        }
+    }
+
+    /// The running epoch is over without our doing (loss, rejection, release): find another.
+    fn epoch_over(&mut self, now: Time, job_id: JobId) {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        if job.phase != Phase::Running {
+            return;
+        }
+        job.detector = None;
+        job.provider = None;
+        self.assign_or_bid(now, job_id);
+    }
+
+    fn on_chain(&mut self, now: Time, block_time: u64, event: ChainEvent) {
+        self.block_time = self.block_time.max(block_time);
+        let job_id = event.job_id();
+        if let ChainEvent::JobCreated {
+            client,
+            max_price_per_step,
+            total_steps,
+            checkpoint_interval,
+            spec_hash,
+            verifiers,
+            quorum,
+            ..
+        } = event
+        {
+            if client != self.key.address() || self.jobs.contains_key(&job_id) {
+                return;
+            }
+            self.jobs.insert(
+                job_id,
+                ClientJob {
+                    spec_hash,
+                    spec: self.specs.get(&spec_hash).cloned(),
+                    total_steps,
+                    interval: checkpoint_interval,
+                    max_price: max_price_per_step,
+                    verifiers,
+                    quorum,
+                    epoch: 0,
+                    provider: None,
+                    last_accepted: 0,
+                    // The escrow's convention: before any acceptance the "checkpoint" is the spec.
+                    last_accepted_hash: spec_hash,
+                    phase: Phase::Bidding {
+                        until: now.saturating_add(self.config.bid_window),
+                    },
+                    bids: BTreeMap::new(),
+                    excluded: BTreeSet::new(),
+                    detector: None,
+                    last_seq: None,
+                    last_reported_step: 0,
+                    announced: BTreeSet::new(),
+                    tallies: BTreeMap::new(),
+                    submitted: BTreeSet::new(),
+                },
+            );
+            self.emit(Output::Subscribe {
+                topic: job_topic(job_id),
+            });
+            self.publish_offer(job_id);
+            return;
+        }
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        match event {
+            ChainEvent::JobCreated { .. } => {}
+            ChainEvent::ProviderAssigned {
+                epoch,
+                provider,
+                start_step,
+                start_checkpoint,
+                ..
+            } => {
+                // A repeated event must not reset the heartbeat sequence (replayed heartbeats
+                // would count again).
+                if epoch <= job.epoch {
+                    return;
+                }
+                job.epoch = epoch;
+                job.provider = Some(provider);
+                job.last_accepted = start_step;
+                job.last_accepted_hash = start_checkpoint;
+                job.last_reported_step = start_step;
+                job.phase = Phase::Running;
+                job.detector = Some(FailureDetector::new(self.config.detector, now));
+                job.last_seq = None;
+                job.bids.retain(|(e, _), _| *e > epoch);
+                job.tallies.retain(|(e, _, _), _| *e >= epoch);
+                // Votes that arrived before we saw this assignment may already form a quorum.
+                let keys: Vec<_> = job.tallies.keys().copied().collect();
+                for key in keys {
+                    self.check_quorum(job_id, key);
+                }
+            }
+            ChainEvent::EpochEnded { epoch, reason, .. } => {
+                if epoch != job.epoch {
+                    return;
+                }
+                match reason {
+                    // Replaced: our own assign did it, the new epoch's event takes over.
+                    // Completed/Expired: the job events below finish it.
+                    EpochEndReason::Replaced
+                    | EpochEndReason::Completed
+                    | EpochEndReason::Expired => {}
+                    EpochEndReason::Rejected => {
+                        // Normally CheckpointRejected came first and excluded it already; do
+                        // not rely on event order to keep a rejected provider out.
+                        if let Some(p) = job.provider {
+                            job.excluded.insert(p);
+                        }
+                        self.epoch_over(now, job_id)
+                    }
+                    EpochEndReason::Released | EpochEndReason::Other(_) => {
+                        self.epoch_over(now, job_id)
+                    }
+                }
+            }
+            ChainEvent::CheckpointAccepted {
+                epoch,
+                step,
+                checkpoint_hash,
+                provider,
+                ..
+            } => {
+                self.reputation
+                    .adjust(provider, reputation::CHECKPOINT_ACCEPTED);
+                if step > job.last_accepted {
+                    job.last_accepted = step;
+                    job.last_accepted_hash = checkpoint_hash;
+                }
+                job.tallies.retain(|(_, s, _), _| *s > step);
+                job.submitted.remove(&(epoch, step));
+                if step >= job.total_steps {
+                    job.phase = Phase::Finished;
+                    job.detector = None;
+                }
+            }
+            ChainEvent::CheckpointRejected {
+                epoch,
+                step,
+                provider,
+                ..
+            } => {
+                self.reputation
+                    .adjust(provider, reputation::CHECKPOINT_REJECTED);
+                job.excluded.insert(provider);
+                job.submitted.remove(&(epoch, step));
+                job.tallies.retain(|(e, _, _), _| *e > epoch);
+                if epoch == job.epoch {
+                    self.epoch_over(now, job_id);
+                }
+            }
+            ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
+                job.phase = Phase::Finished;
+                job.detector = None;
+                job.bids.clear();
+                self.emit(Output::Unsubscribe {
+                    topic: job_topic(job_id),
+                });
+                self.emit(Output::Notice(Notice::JobFinished { job_id }));
+            }
+        }
+    }
+
+    fn check_quorum(&mut self, job_id: JobId, key: (Epoch, Step, Hash)) {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        let (epoch, step, checkpoint_hash) = key;
+        if epoch != job.epoch
+            || job.phase != Phase::Running
+            || job.submitted.contains(&(epoch, step))
+        {
+            return;
+        }
+        let Some(tally) = job.tallies.get(&key) else {
+            return;
+        };
+        let quorum = usize::from(job.quorum);
+        // BTreeMap iteration is by ascending signer address: the order the escrow expects.
+        let decision = if tally.accepts.len() >= quorum {
+            Some((true, tally.accepts.values().copied().collect::<Vec<_>>()))
+        } else if tally.rejects.len() >= quorum {
+            Some((false, tally.rejects.values().copied().collect::<Vec<_>>()))
+        } else {
+            None
+        };
+        let Some((accept, sigs)) = decision else {
+            return;
+        };
+        job.submitted.insert((epoch, step));
+        let tx = if accept {
+            ChainTx::AcceptCheckpoint {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                sigs,
+            }
+        } else {
+            ChainTx::RejectCheckpoint {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                sigs,
+            }
+        };
+        self.emit(Output::Notice(Notice::QuorumReached {
+            job_id,
+            epoch,
+            step,
+            accept,
+        }));
+        self.submit(
+            tx,
+            PendingTx::Decision {
+                job_id,
+                epoch,
+                step,
+            },
+        );
+    }
+
+    fn on_bid(&mut self, bid: &Bid) -> Verdict {
+        let Some(job) = self.jobs.get_mut(&bid.job_id) else {
+            return Verdict::Accept;
+        };
+        if job.phase == Phase::Finished || bid.epoch <= job.epoch {
+            return Verdict::Ignore(IgnoreReason::StaleEpoch);
+        }
+        if bid.epoch > job.epoch.saturating_add(MAX_BID_EPOCH_LEAD) {
+            return Verdict::Ignore(IgnoreReason::FutureEpoch);
+        }
+        if bid.price_per_step > job.max_price {
+            return Verdict::Reject(RejectReason::PriceAboveMax);
+        }
+        if bid.expiry <= self.block_time {
+            return Verdict::Ignore(IgnoreReason::Expired);
+        }
+        if job.excluded.contains(&bid.provider) {
+            return Verdict::Ignore(IgnoreReason::ProviderExcluded);
+        }
+        let key = (bid.epoch, bid.provider);
+        if job.bids.get(&key) == Some(bid) {
+            return Verdict::Ignore(IgnoreReason::Duplicate);
+        }
+        if job.bids.len() >= MAX_BIDS_PER_JOB && !job.bids.contains_key(&key) {
+            return Verdict::Ignore(IgnoreReason::Overloaded);
+        }
+        // A provider's newer bid for the same epoch replaces its older one.
+        job.bids.insert(key, bid.clone());
+        Verdict::Accept
+    }
+
+    fn on_heartbeat(&mut self, now: Time, hb: &Heartbeat) -> Verdict {
+        let Some(job) = self.jobs.get_mut(&hb.job_id) else {
+            return Verdict::Accept;
+        };
+        if hb.epoch < job.epoch {
+            return Verdict::Ignore(IgnoreReason::StaleEpoch);
+        }
+        if hb.epoch > job.epoch {
+            return Verdict::Ignore(IgnoreReason::FutureEpoch);
+        }
+        if job.provider != Some(hb.provider) {
+            return match job.provider {
+                // The epoch has ended on chain: a late heartbeat of its provider.
+                None => Verdict::Ignore(IgnoreReason::StaleEpoch),
+                Some(_) => Verdict::Reject(RejectReason::NotAssignedProvider),
+            };
+        }
+        match job.last_seq {
+            Some(s) if hb.seq == s => return Verdict::Ignore(IgnoreReason::Duplicate),
+            Some(s) if hb.seq < s => return Verdict::Ignore(IgnoreReason::Replayed),
+            _ => {}
+        }
+        job.last_seq = Some(hb.seq);
+        job.last_reported_step = job.last_reported_step.max(hb.step);
+        if let Some(d) = job.detector.as_mut() {
+            d.heard(now);
+        }
+        Verdict::Accept
+    }
+
+    fn on_announce(&mut self, ann: &CheckpointAnnounce) -> Verdict {
+        let Some(job) = self.jobs.get_mut(&ann.job_id) else {
+            return Verdict::Accept;
+        };
+        if ann.epoch < job.epoch {
+            return Verdict::Ignore(IgnoreReason::StaleEpoch);
+        }
+        if ann.epoch > job.epoch {
+            return Verdict::Ignore(IgnoreReason::FutureEpoch);
+        }
+        if job.provider != Some(ann.provider) {
+            return match job.provider {
+                None => Verdict::Ignore(IgnoreReason::StaleEpoch),
+                Some(_) => Verdict::Reject(RejectReason::NotAssignedProvider),
+            };
+        }
+        let on_grid = ann.step.is_multiple_of(job.interval) || ann.step == job.total_steps;
+        if ann.step > job.total_steps || !on_grid {
+            return Verdict::Reject(RejectReason::InvalidCheckpointStep);
+        }
+        if ann.step <= job.last_accepted {
+            return Verdict::Ignore(IgnoreReason::AlreadyDecided);
+        }
+        if !job
+            .announced
+            .insert((ann.epoch, ann.step, ann.checkpoint_hash))
+        {
+            return Verdict::Ignore(IgnoreReason::Duplicate);
+        }
+        // Keep a copy: the checkpoint must outlive its provider (step 5 of the lifecycle).
+        let out = Output::FetchBlob {
+            hash: ann.checkpoint_hash,
+            from: Some(ann.provider),
+        };
+        self.emit(out);
+        Verdict::Accept
+    }
+
+    fn on_vote(&mut self, vote: &Vote) -> Verdict {
+        let job_id = vote.job_id;
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Verdict::Accept;
+        };
+        if !job.verifiers.contains(&vote.verifier) {
+            return Verdict::Reject(RejectReason::NotListedVerifier);
+        }
+        if vote.epoch < job.epoch {
+            return Verdict::Ignore(IgnoreReason::StaleEpoch);
+        }
+        if vote.epoch > job.epoch.saturating_add(1) {
+            return Verdict::Ignore(IgnoreReason::FutureEpoch);
+        }
+        let on_grid = vote.step.is_multiple_of(job.interval) || vote.step == job.total_steps;
+        if vote.step > job.total_steps || !on_grid {
+            return Verdict::Reject(RejectReason::InvalidCheckpointStep);
+        }
+        if vote.step <= job.last_accepted || job.submitted.contains(&(vote.epoch, vote.step)) {
+            return Verdict::Ignore(IgnoreReason::AlreadyDecided);
+        }
+        let key = (vote.epoch, vote.step, vote.checkpoint_hash);
+        if job.tallies.len() >= MAX_TALLIES_PER_JOB && !job.tallies.contains_key(&key) {
+            return Verdict::Ignore(IgnoreReason::Overloaded);
+        }
+        let tally = job.tallies.entry(key).or_default();
+        let (same, other) = if vote.accept {
+            (&mut tally.accepts, &tally.rejects)
+        } else {
+            (&mut tally.rejects, &tally.accepts)
+        };
+        if other.contains_key(&vote.verifier) {
+            return Verdict::Reject(RejectReason::Equivocation);
+        }
+        if same.insert(vote.verifier, vote.signature).is_some() {
+            return Verdict::Ignore(IgnoreReason::Duplicate);
+        }
+        self.check_quorum(job_id, key);
+        Verdict::Accept
+    }
+
+    fn on_tx_failed(&mut self, now: Time, id: TxId, reason: String) {
+        self.emit(Output::Notice(Notice::TxFailed { id, reason }));
+        match self.pending.remove(&id) {
+            Some(PendingTx::Assign {
+                job_id,
+                epoch,
+                provider,
+            }) => {
+                let Some(job) = self.jobs.get_mut(&job_id) else {
+                    return;
+                };
+                job.bids.remove(&(epoch, provider));
+                if matches!(job.phase, Phase::Assigning { tx, .. } if tx == id) {
+                    self.assign_or_bid(now, job_id);
+                }
+            }
+            Some(PendingTx::Decision {
+                job_id,
+                epoch,
+                step,
+            }) => {
+                // Let the next vote for this checkpoint resubmit.
+                if let Some(job) = self.jobs.get_mut(&job_id) {
+                    job.submitted.remove(&(epoch, step));
+                }
+            }
+            Some(PendingTx::Other) | None => {}
+        }
+    }
+}
+
+impl StateMachine for Client {
+    fn handle_message(&mut self, now: Time, msg: &Message) -> Verdict {
+        let stateless = check_message(msg, &self.config.domain);
+        if !stateless.is_accept() {
+            return stateless;
+        }
+        match msg {
+            Message::Bid(b) => self.on_bid(b),
+            Message::Heartbeat(h) => self.on_heartbeat(now, h),
+            Message::CheckpointAnnounce(a) => self.on_announce(a),
+            Message::Vote(v) => self.on_vote(v),
+            Message::NodeHello(_) | Message::JobOffer(_) => Verdict::Accept,
+        }
+    }
+
+    fn handle_input(&mut self, now: Time, input: Input) {
+        match input {
+            Input::Chain { block_time, event } => self.on_chain(now, block_time, event),
+            Input::TxFailed { id, reason } => self.on_tx_failed(now, id, reason),
+            Input::ConnectionClosed { address } => {
+                for job in self.jobs.values_mut() {
+                    if job.provider == Some(address)
+                        && let Some(d) = job.detector.as_mut()
+                    {
+                        d.connection_closed(now);
+                    }
+                }
+            }
+            Input::StepDone { .. }
+            | Input::CheckpointReady { .. }
+            | Input::TrainingFailed { .. }
+            | Input::BlobFetched { .. }
+            | Input::QualityResult { .. }
+            | Input::SpotCheckResult { .. } => {}
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        for job_id in ids {
+            let Some(job) = self.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            match job.phase {
+                Phase::Bidding { until } if until <= now => self.assign_or_bid(now, job_id),
+                Phase::Assigning {
+                    provider, until, ..
+                } if until <= now => {
+                    let epoch = job.epoch.saturating_add(1);
+                    job.bids.remove(&(epoch, provider));
+                    self.assign_or_bid(now, job_id);
+                }
+                Phase::Running => {
+                    let Some(d) = job.detector.as_ref() else {
+                        continue;
+                    };
+                    if !d.is_dead(now) {
+                        continue;
+                    }
+                    let silent_for = now.since(d.last_heard());
+                    let Some(provider) = job.provider else {
+                        continue;
+                    };
+                    let epoch = job.epoch;
+                    job.excluded.insert(provider);
+                    self.reputation.adjust(provider, reputation::PROVIDER_LOST);
+                    self.emit(Output::Notice(Notice::ProviderLost {
+                        job_id,
+                        epoch,
+                        provider,
+                        silent_for,
+                    }));
+                    self.epoch_over(now, job_id);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.jobs
+            .values()
+            .filter_map(|j| match j.phase {
+                Phase::Bidding { until } | Phase::Assigning { until, .. } => Some(until),
+                Phase::Running => j.detector.as_ref().map(FailureDetector::deadline),
+                _ => None,
+            })
+            .min()
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+}

@@ -1,0 +1,208 @@
+//! What goes into and comes out of the role machines. One vocabulary for all three roles, so a
+//! node running several roles (and the simulator) drives them with one loop.
+
+use std::time::Duration;
+
+use alloy_primitives::{Address, U256};
+
+use crate::chain::{ChainEvent, ChainTx, TxId};
+use crate::time::Time;
+use crate::types::{Epoch, Hash, JobId, Step};
+use crate::validation::Verdict;
+use crate::wire::Message;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// A JobEscrow event, with the timestamp of its block (bid expiries are in block time).
+    Chain { block_time: u64, event: ChainEvent },
+    /// The transport lost its connection to the peer bound (by NodeHello) to `address`.
+    ConnectionClosed { address: Address },
+    /// A transaction from [`Output::SubmitTx`] reverted or could not be sent.
+    TxFailed { id: TxId, reason: String },
+    /// Trainer: one optimizer step finished.
+    StepDone {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        loss: f32,
+    },
+    /// Trainer: a checkpoint is in the local blob store, with the per-step state hashes of
+    /// `last checkpoint ..= step`.
+    CheckpointReady {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        checkpoint_hash: Hash,
+        state_hashes: Vec<Hash>,
+    },
+    /// Trainer: it stopped with an error (out of memory, bad blob...).
+    TrainingFailed {
+        job_id: JobId,
+        epoch: Epoch,
+        reason: String,
+    },
+    /// Blob store: a requested fetch finished (BLAKE3-verified when `ok`).
+    BlobFetched { hash: Hash, ok: bool },
+    /// Verifier runner: the quality test's result.
+    QualityResult {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        checkpoint_hash: Hash,
+        report: QualityReport,
+    },
+    /// Verifier runner: the re-execution spot check's result.
+    SpotCheckResult {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        checkpoint_hash: Hash,
+        pass: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QualityReport {
+    pub pass: bool,
+    pub accuracy: f64,
+    pub loss: f64,
+}
+
+/// One step of a spot check: replay `step` from the state `before`, expect the state `after`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpotStep {
+    pub step: Step,
+    pub before: Hash,
+    pub after: Hash,
+}
+
+// Outputs are drained as soon as they are produced, so the size of the largest variant (an
+// offer carrying its spec) costs nothing worth a Box in every driver's match.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    Publish {
+        topic: String,
+        message: Message,
+    },
+    Subscribe {
+        topic: String,
+    },
+    Unsubscribe {
+        topic: String,
+    },
+    SubmitTx {
+        id: TxId,
+        tx: ChainTx,
+    },
+    /// Fetch a blob into the local store (and keep re-serving it); `from` is a hint. Every
+    /// fetch must be answered with [`Input::BlobFetched`] (`ok: false` after giving up): the
+    /// verifier has no timer of its own and waits for it.
+    FetchBlob {
+        hash: Hash,
+        from: Option<Address>,
+    },
+    StartTraining {
+        job_id: JobId,
+        epoch: Epoch,
+        spec_hash: Hash,
+        from_step: Step,
+        /// The escrow's `startCheckpoint`: the last accepted checkpoint, or the job's spec hash
+        /// before any was accepted (start from the spec's base model).
+        from_checkpoint: Hash,
+        until_step: Step,
+        checkpoint_interval: Step,
+    },
+    StopTraining {
+        job_id: JobId,
+        epoch: Epoch,
+    },
+    /// Must be answered with [`Input::QualityResult`]; a runner error is `pass: false`.
+    RunQualityTest {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        checkpoint_hash: Hash,
+        /// The previous accepted (or already verified) checkpoint; the job's spec hash means the
+        /// spec's base model (the escrow's convention before any acceptance).
+        baseline: Hash,
+        baseline_step: Step,
+    },
+    /// Must be answered with [`Input::SpotCheckResult`]; a runner error is `pass: false`.
+    RunSpotCheck {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        checkpoint_hash: Hash,
+        provider: Address,
+        steps: Vec<SpotStep>,
+    },
+    /// Something worth logging or measuring; needs no action.
+    Notice(Notice),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Notice {
+    ProviderSelected {
+        job_id: JobId,
+        epoch: Epoch,
+        provider: Address,
+        price_per_step: U256,
+    },
+    ProviderLost {
+        job_id: JobId,
+        epoch: Epoch,
+        provider: Address,
+        silent_for: Duration,
+    },
+    NoUsableBids {
+        job_id: JobId,
+        epoch: Epoch,
+    },
+    QuorumReached {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        accept: bool,
+    },
+    Voted {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        accept: bool,
+    },
+    Fenced {
+        job_id: JobId,
+        epoch: Epoch,
+    },
+    JobFinished {
+        job_id: JobId,
+    },
+    TxFailed {
+        id: TxId,
+        reason: String,
+    },
+    /// The trainer reported something inconsistent (wrong number of state hashes...).
+    TrainerInconsistent {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+    },
+    /// An assignment for a job whose spec or parameters this node never learned.
+    UnknownJob {
+        job_id: JobId,
+    },
+}
+
+/// The sans-IO surface every role machine offers (quinn-proto/str0m style): feed inputs and
+/// `now`, then drain `poll_output` and arm a timer for `poll_timeout`.
+pub trait StateMachine {
+    /// A gossip message (the machine runs the stateless checks itself too). Messages about
+    /// jobs the role does not track are accepted so the mesh keeps relaying them.
+    fn handle_message(&mut self, now: Time, msg: &Message) -> Verdict;
+    fn handle_input(&mut self, now: Time, input: Input);
+    fn handle_timeout(&mut self, now: Time);
+    /// The earliest time `handle_timeout` has something to do.
+    fn poll_timeout(&self) -> Option<Time>;
+    fn poll_output(&mut self) -> Option<Output>;
+}

@@ -1,0 +1,483 @@
+//! The provider: bids on offers that fit its hardware, acts on its chain assignment (never on
+//! gossip), drives the trainer, heartbeats, announces checkpoints, and stops as soon as its
+//! epoch is fenced.
+//!
+//! ```text
+//!  Idle ──JobOffer fits──> Bidding(epoch e) ──ProviderAssigned(e, me)──> Training(e)
+//!   ^          ^──ProviderAssigned(e, other) / EpochEnded: standby bid for the next epoch
+//!   │   Training(e) ──ProviderAssigned(e' > e) | EpochEnded(e) | CheckpointRejected(e)──> fenced: StopTraining
+//!   └── Training(e) ──JobCompleted | JobExpired──> Done
+//! ```
+//! Heartbeats keep going after the last step until the job completes, so the client does not
+//! mistake a provider waiting for its final vote for a dead one.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use alloy_primitives::{Address, U256};
+
+use crate::chain::ChainEvent;
+use crate::eip712::EscrowDomain;
+use crate::io::{Input, Notice, Output, StateMachine};
+use crate::messages::{Bid, CheckpointAnnounce, Hardware, Heartbeat, JobOffer, state_root};
+use crate::signing::{Sig65, SigningKey};
+use crate::spec::JobSpec;
+use crate::time::Time;
+use crate::topics::job_topic;
+use crate::types::{Epoch, Hash, JobId, Step};
+use crate::validation::{IgnoreReason, RejectReason, Verdict, check_message};
+use crate::wire::Message;
+
+/// Offers for jobs the chain has not confirmed yet are held (anyone can sign an offer for a job
+/// that does not exist), but only this many.
+const MAX_UNCONFIRMED_OFFERS: usize = 64;
+
+#[derive(Clone, Debug)]
+pub struct ProviderConfig {
+    pub domain: EscrowDomain,
+    pub hardware: Hardware,
+    /// The price asked per step; offers whose maximum is lower are not bid on.
+    pub price_per_step: U256,
+    /// Bids stay valid this many seconds past the latest block time.
+    pub bid_ttl_secs: u64,
+    pub heartbeat_period: Duration,
+}
+
+impl ProviderConfig {
+    pub fn new(domain: EscrowDomain, hardware: Hardware, price_per_step: U256) -> Self {
+        ProviderConfig {
+            domain,
+            hardware,
+            price_per_step,
+            bid_ttl_secs: 600,
+            heartbeat_period: Duration::from_millis(100),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Training {
+    pub epoch: Epoch,
+    pub from_step: Step,
+    pub until_step: Step,
+    pub last_step: Step,
+    pub last_announced: Step,
+    last_loss: f32,
+    seq: u64,
+    next_heartbeat: Time,
+}
+
+#[derive(Clone, Debug, Default)]
+struct ProviderJob {
+    offer: Option<JobOffer>,
+    /// From `JobCreated`: (spec hash, client, max price, total steps, interval).
+    chain: Option<(Hash, Address, U256, Step, Step)>,
+    chain_epoch: Epoch,
+    bid_epochs: BTreeSet<Epoch>,
+    training: Option<Training>,
+    done: bool,
+}
+
+impl ProviderJob {
+    /// Whether the offer we saw agrees with the chain (when we know both).
+    fn offer_matches_chain(&self) -> bool {
+        match (&self.offer, &self.chain) {
+            (Some(o), Some((hash, client, max, _, _))) => {
+                o.spec.spec_hash() == *hash && o.client == *client && o.max_price_per_step == *max
+            }
+            _ => true,
+        }
+    }
+
+    fn steps(&self) -> Option<(Step, Step)> {
+        match (&self.chain, &self.offer) {
+            (Some((_, _, _, total, interval)), _) => Some((*total, *interval)),
+            (None, Some(o)) => Some((o.spec.total_steps, o.spec.checkpoint_interval)),
+            (None, None) => None,
+        }
+    }
+
+    fn spec_hash(&self) -> Option<Hash> {
+        match (&self.chain, &self.offer) {
+            (Some((hash, ..)), _) => Some(*hash),
+            (None, Some(o)) => Some(o.spec.spec_hash()),
+            (None, None) => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Provider {
+    config: ProviderConfig,
+    key: SigningKey,
+    jobs: BTreeMap<JobId, ProviderJob>,
+    block_time: u64,
+    outputs: VecDeque<Output>,
+}
+
+impl Provider {
+    pub fn new(config: ProviderConfig, key: SigningKey) -> Self {
+        Provider {
+            config,
+            key,
+            jobs: BTreeMap::new(),
+            block_time: 0,
+            outputs: VecDeque::new(),
+        }
+    }
+
+    pub fn address(&self) -> Address {
+        self.key.address()
+    }
+
+    /// The epoch this provider is training, if any.
+    pub fn training(&self, job_id: JobId) -> Option<&Training> {
+        self.jobs.get(&job_id).and_then(|j| j.training.as_ref())
+    }
+
+    fn busy(&self) -> bool {
+        self.jobs.values().any(|j| j.training.is_some())
+    }
+
+    fn fits(&self, spec: &JobSpec, max_price: U256) -> bool {
+        spec.check().is_ok()
+            && self.config.hardware.memory_bytes >= spec.min_memory_bytes
+            && self.config.price_per_step <= max_price
+    }
+
+    /// Bids for `epoch` if the job is one we want, we are free, and we have not bid already.
+    fn maybe_bid(&mut self, job_id: JobId, epoch: Epoch) {
+        let busy = self.busy();
+        let Some(job) = self.jobs.get(&job_id) else {
+            return;
+        };
+        let Some(offer) = job.offer.as_ref() else {
+            return;
+        };
+        // Only chain-confirmed jobs get bids: offers are free to forge.
+        if busy
+            || job.chain.is_none()
+            || job.done
+            || epoch <= job.chain_epoch
+            || job.bid_epochs.contains(&epoch)
+            || !job.offer_matches_chain()
+            || !self.fits(&offer.spec, offer.max_price_per_step)
+        {
+            return;
+        }
+        let bid = Bid {
+            job_id,
+            epoch,
+            provider: self.key.address(),
+            price_per_step: self.config.price_per_step,
+            expiry: self.block_time.saturating_add(self.config.bid_ttl_secs),
+            hardware: self.config.hardware,
+            signature: Sig65::ZERO,
+        }
+        .sign(&self.config.domain, &self.key);
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            job.bid_epochs.insert(epoch);
+        }
+        self.outputs.push_back(Output::Publish {
+            topic: job_topic(job_id),
+            message: Message::Bid(bid),
+        });
+    }
+
+    fn stop(&mut self, job_id: JobId, fenced: bool) {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        let Some(t) = job.training.take() else { return };
+        self.outputs.push_back(Output::StopTraining {
+            job_id,
+            epoch: t.epoch,
+        });
+        if fenced {
+            self.outputs.push_back(Output::Notice(Notice::Fenced {
+                job_id,
+                epoch: t.epoch,
+            }));
+        }
+    }
+
+    fn heartbeat(&mut self, job_id: JobId, now: Time) {
+        let period = self.config.heartbeat_period;
+        let Some(t) = self.jobs.get_mut(&job_id).and_then(|j| j.training.as_mut()) else {
+            return;
+        };
+        t.seq += 1;
+        t.next_heartbeat = now.saturating_add(period);
+        let hb = Heartbeat {
+            job_id,
+            epoch: t.epoch,
+            provider: Address::ZERO,
+            seq: t.seq,
+            step: t.last_step,
+            loss: t.last_loss,
+            signature: Sig65::ZERO,
+        }
+        .sign(&self.key);
+        self.outputs.push_back(Output::Publish {
+            topic: job_topic(job_id),
+            message: Message::Heartbeat(hb),
+        });
+    }
+
+    fn on_offer(&mut self, offer: &JobOffer) -> Verdict {
+        let unconfirmed = self.jobs.values().filter(|j| j.chain.is_none()).count();
+        if !self.jobs.contains_key(&offer.job_id) && unconfirmed >= MAX_UNCONFIRMED_OFFERS {
+            return Verdict::Ignore(IgnoreReason::Overloaded);
+        }
+        let job = self.jobs.entry(offer.job_id).or_default();
+        if offer.next_epoch <= job.chain_epoch {
+            return Verdict::Ignore(IgnoreReason::StaleEpoch);
+        }
+        if let Some((hash, client, ..)) = job.chain
+            && (offer.spec.spec_hash() != hash || offer.client != client)
+        {
+            return Verdict::Reject(RejectReason::OfferMismatch);
+        }
+        job.offer = Some(offer.clone());
+        self.maybe_bid(offer.job_id, offer.next_epoch);
+        Verdict::Accept
+    }
+
+    fn on_chain(&mut self, now: Time, block_time: u64, event: ChainEvent) {
+        self.block_time = self.block_time.max(block_time);
+        let me = self.key.address();
+        let job_id = event.job_id();
+        match event {
+            ChainEvent::JobCreated {
+                client,
+                max_price_per_step,
+                total_steps,
+                checkpoint_interval,
+                spec_hash,
+                ..
+            } => {
+                let job = self.jobs.entry(job_id).or_default();
+                job.chain = Some((
+                    spec_hash,
+                    client,
+                    max_price_per_step,
+                    total_steps,
+                    checkpoint_interval,
+                ));
+                // An offer that arrived before the chain confirmed the job is bid on now.
+                if !job.offer_matches_chain() {
+                    job.offer = None;
+                }
+                if let Some(next) = job.offer.as_ref().map(|o| o.next_epoch) {
+                    self.maybe_bid(job_id, next);
+                }
+            }
+            ChainEvent::ProviderAssigned {
+                epoch,
+                provider,
+                start_step,
+                start_checkpoint,
+                ..
+            } => {
+                let Some(job) = self.jobs.get_mut(&job_id) else {
+                    if provider == me {
+                        self.outputs
+                            .push_back(Output::Notice(Notice::UnknownJob { job_id }));
+                    }
+                    return;
+                };
+                if epoch <= job.chain_epoch {
+                    return;
+                }
+                job.chain_epoch = epoch;
+                if job.training.as_ref().is_some_and(|t| t.epoch < epoch) {
+                    self.stop(job_id, true);
+                }
+                if provider != me {
+                    self.maybe_bid(job_id, epoch.saturating_add(1));
+                    return;
+                }
+                let Some(job) = self.jobs.get_mut(&job_id) else {
+                    return;
+                };
+                let (Some((total, interval)), Some(spec_hash)) = (job.steps(), job.spec_hash())
+                else {
+                    self.outputs
+                        .push_back(Output::Notice(Notice::UnknownJob { job_id }));
+                    return;
+                };
+                job.training = Some(Training {
+                    epoch,
+                    from_step: start_step,
+                    until_step: total,
+                    last_step: start_step,
+                    last_announced: start_step,
+                    last_loss: f32::NAN,
+                    seq: 0,
+                    next_heartbeat: now,
+                });
+                self.outputs.push_back(Output::Subscribe {
+                    topic: job_topic(job_id),
+                });
+                self.outputs.push_back(Output::StartTraining {
+                    job_id,
+                    epoch,
+                    spec_hash,
+                    from_step: start_step,
+                    from_checkpoint: start_checkpoint,
+                    until_step: total,
+                    checkpoint_interval: interval,
+                });
+                // Heartbeat at once: the client's detector starts counting at assignment.
+                self.heartbeat(job_id, now);
+            }
+            ChainEvent::EpochEnded { epoch, .. } => {
+                let Some(job) = self.jobs.get(&job_id) else {
+                    return;
+                };
+                if job.training.as_ref().is_some_and(|t| t.epoch == epoch) {
+                    self.stop(job_id, true);
+                }
+                self.maybe_bid(job_id, epoch.saturating_add(1));
+            }
+            ChainEvent::CheckpointRejected {
+                epoch, provider, ..
+            } => {
+                let Some(job) = self.jobs.get(&job_id) else {
+                    return;
+                };
+                if provider == me && job.training.as_ref().is_some_and(|t| t.epoch == epoch) {
+                    self.stop(job_id, true);
+                }
+            }
+            ChainEvent::CheckpointAccepted { .. } => {}
+            ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
+                self.stop(job_id, false);
+                if let Some(job) = self.jobs.get_mut(&job_id) {
+                    job.done = true;
+                    self.outputs.push_back(Output::Unsubscribe {
+                        topic: job_topic(job_id),
+                    });
+                }
+            }
+        }
+    }
+
+    fn on_checkpoint_ready(
+        &mut self,
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        checkpoint_hash: Hash,
+        state_hashes: Vec<Hash>,
+    ) {
+        let Some(t) = self.jobs.get_mut(&job_id).and_then(|j| j.training.as_mut()) else {
+            return;
+        };
+        if t.epoch != epoch || step <= t.last_announced {
+            return;
+        }
+        let ann = CheckpointAnnounce {
+            job_id,
+            epoch,
+            provider: Address::ZERO,
+            parent_step: t.last_announced,
+            step,
+            checkpoint_hash,
+            state_root: state_root(&state_hashes),
+            state_hashes,
+            signature: Sig65::ZERO,
+        }
+        .sign(&self.key);
+        if !ann.commitment_is_consistent() {
+            // Announcing it would only get us rejected; the trainer must be fixed.
+            self.outputs
+                .push_back(Output::Notice(Notice::TrainerInconsistent {
+                    job_id,
+                    epoch,
+                    step,
+                }));
+            return;
+        }
+        t.last_announced = step;
+        t.last_step = t.last_step.max(step);
+        self.outputs.push_back(Output::Publish {
+            topic: job_topic(job_id),
+            message: Message::CheckpointAnnounce(ann),
+        });
+    }
+}
+
+impl StateMachine for Provider {
+    fn handle_message(&mut self, _now: Time, msg: &Message) -> Verdict {
+        let stateless = check_message(msg, &self.config.domain);
+        if !stateless.is_accept() {
+            return stateless;
+        }
+        match msg {
+            Message::JobOffer(o) => self.on_offer(o),
+            _ => Verdict::Accept,
+        }
+    }
+
+    fn handle_input(&mut self, now: Time, input: Input) {
+        match input {
+            Input::Chain { block_time, event } => self.on_chain(now, block_time, event),
+            Input::StepDone {
+                job_id,
+                epoch,
+                step,
+                loss,
+            } => {
+                if let Some(t) = self.jobs.get_mut(&job_id).and_then(|j| j.training.as_mut()) {
+                    // A result from an epoch we were fenced out of must not leak into the new one.
+                    if t.epoch == epoch && step > t.last_step {
+                        t.last_step = step;
+                        t.last_loss = loss;
+                    }
+                }
+            }
+            Input::CheckpointReady {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                state_hashes,
+            } => self.on_checkpoint_ready(job_id, epoch, step, checkpoint_hash, state_hashes),
+            Input::TrainingFailed { job_id, epoch, .. } => {
+                // Going silent is the honest signal: the client's detector reassigns.
+                if self.training(job_id).is_some_and(|t| t.epoch == epoch) {
+                    self.stop(job_id, false);
+                }
+            }
+            Input::ConnectionClosed { .. }
+            | Input::TxFailed { .. }
+            | Input::BlobFetched { .. }
+            | Input::QualityResult { .. }
+            | Input::SpotCheckResult { .. } => {}
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        let due: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.training.as_ref().is_some_and(|t| t.next_heartbeat <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for job_id in due {
+            self.heartbeat(job_id, now);
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.jobs
+            .values()
+            .filter_map(|j| j.training.as_ref().map(|t| t.next_heartbeat))
+            .min()
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+}

@@ -1,0 +1,192 @@
+//! secp256k1 keys and 65-byte `r ‖ s ‖ v` signatures, Ethereum style (v = 27/28, low-s only),
+//! so what we sign is exactly what `ecrecover` in JobEscrow accepts.
+
+use std::fmt;
+
+use alloy_primitives::{Address, B256, keccak256};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureError {
+    #[error("secret key is not a valid secp256k1 scalar")]
+    BadKey,
+    #[error("v must be 27 or 28")]
+    BadV,
+    #[error("s is in the upper half of the curve order (malleable)")]
+    HighS,
+    #[error("signature does not recover to a public key")]
+    Unrecoverable,
+}
+
+/// A 65-byte signature `r ‖ s ‖ v`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sig65(pub [u8; 65]);
+
+impl Sig65 {
+    pub const ZERO: Sig65 = Sig65([0; 65]);
+
+    pub fn from_slice(bytes: &[u8]) -> Option<Self> {
+        <[u8; 65]>::try_from(bytes).ok().map(Sig65)
+    }
+}
+
+impl fmt::Debug for Sig65 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sig65(0x{})", alloy_primitives::hex::encode(self.0))
+    }
+}
+
+impl Serialize for Sig65 {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Sig65 {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Sig65;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("65 signature bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Sig65, E> {
+                Sig65::from_slice(v).ok_or_else(|| E::invalid_length(v.len(), &self))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Sig65, E> {
+                self.visit_bytes(&v)
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+/// A node's Ethereum key. Signing is deterministic (RFC 6979), so no RNG enters the machines.
+#[derive(Clone)]
+pub struct SigningKey(k256::ecdsa::SigningKey);
+
+impl fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SigningKey({})", self.address())
+    }
+}
+
+impl SigningKey {
+    pub fn from_bytes(secret: &[u8; 32]) -> Result<Self, SignatureError> {
+        k256::ecdsa::SigningKey::from_slice(secret)
+            .map(SigningKey)
+            .map_err(|_| SignatureError::BadKey)
+    }
+
+    /// A key derived from a seed, for tests and the simulator (never for real funds).
+    pub fn from_seed(seed: u64) -> Self {
+        let mut counter = 0u64;
+        loop {
+            let mut material = seed.to_le_bytes().to_vec();
+            material.extend_from_slice(&counter.to_le_bytes());
+            if let Ok(k) = Self::from_bytes(&keccak256(&material).0) {
+                return k;
+            }
+            // Only ~2^-128 of hashes are out of range; try the next one.
+            counter += 1;
+        }
+    }
+
+    pub fn address(&self) -> Address {
+        Address::from_public_key(self.0.verifying_key())
+    }
+
+    /// Signs a 32-byte digest, returning a low-s signature with v = 27/28.
+    pub fn sign_digest(&self, digest: &B256) -> Sig65 {
+        // k256 signs any 32-byte prehash; failure would mean a broken key, which from_bytes rules out.
+        let (sig, recid) = self
+            .0
+            .sign_prehash_recoverable(digest.as_slice())
+            .expect("signing a 32-byte prehash with a valid key cannot fail");
+        let (sig, flip) = match sig.normalize_s() {
+            Some(low) => (low, true),
+            None => (sig, false),
+        };
+        let parity = recid.is_y_odd() ^ flip;
+        let mut out = [0u8; 65];
+        out[..64].copy_from_slice(&sig.to_bytes());
+        out[64] = 27 + u8::from(parity);
+        Sig65(out)
+    }
+}
+
+/// Recovers the signer of `digest`, refusing what JobEscrow refuses (v ∉ {27, 28}, high s).
+pub fn recover_signer(digest: &B256, sig: &Sig65) -> Result<Address, SignatureError> {
+    let v = sig.0[64];
+    if v != 27 && v != 28 {
+        return Err(SignatureError::BadV);
+    }
+    let parsed = alloy_primitives::Signature::from_bytes_and_parity(&sig.0[..64], v == 28);
+    if parsed.normalize_s().is_some() {
+        return Err(SignatureError::HighS);
+    }
+    parsed
+        .recover_address_from_prehash(digest)
+        .map_err(|_| SignatureError::Unrecoverable)
+}
+
+/// Digest for gossip-only signed bodies (NodeHello, JobOffer, Heartbeat, CheckpointAnnounce):
+/// keccak256 of a domain tag and the CBOR of the body with a zeroed signature. The tag keeps
+/// these from ever colliding with an EIP-712 digest (whose preimage starts with 0x1901).
+pub fn gossip_digest<T: Serialize>(kind: &str, body: &T) -> B256 {
+    let mut pre = format!("gpuchain/1/{kind}\0").into_bytes();
+    // In-memory CBOR of our own message structs cannot fail.
+    ciborium::into_writer(body, &mut pre).expect("message body serializes into memory");
+    keccak256(&pre)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_then_recover_round_trips() {
+        let key = SigningKey::from_seed(7);
+        let digest = keccak256(b"hello");
+        let sig = key.sign_digest(&digest);
+        assert!(sig.0[64] == 27 || sig.0[64] == 28);
+        assert_eq!(recover_signer(&digest, &sig).unwrap(), key.address());
+        assert_ne!(
+            recover_signer(&keccak256(b"other"), &sig).ok(),
+            Some(key.address())
+        );
+    }
+
+    #[test]
+    fn high_s_and_bad_v_are_refused() {
+        let key = SigningKey::from_seed(8);
+        let digest = keccak256(b"x");
+        let sig = key.sign_digest(&digest);
+        let mut bad_v = sig;
+        bad_v.0[64] = 1;
+        assert_eq!(recover_signer(&digest, &bad_v), Err(SignatureError::BadV));
+        // The malleable twin (n - s, flipped v) recovers the same key on a lax verifier.
+        let parsed =
+            alloy_primitives::Signature::from_bytes_and_parity(&sig.0[..64], sig.0[64] == 28);
+        let n = alloy_primitives::U256::from_be_slice(&alloy_primitives::hex!(
+            "fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141"
+        ));
+        let mut twin = sig;
+        twin.0[32..64].copy_from_slice(&(n - parsed.s()).to_be_bytes::<32>());
+        twin.0[64] = if sig.0[64] == 27 { 28 } else { 27 };
+        assert_eq!(recover_signer(&digest, &twin), Err(SignatureError::HighS));
+    }
+
+    #[test]
+    fn sig65_serde_rejects_wrong_length() {
+        let mut buf = Vec::new();
+        ciborium::into_writer(&ciborium::Value::Bytes(vec![1; 64]), &mut buf).unwrap();
+        assert!(ciborium::from_reader::<Sig65, _>(buf.as_slice()).is_err());
+        let mut buf = Vec::new();
+        ciborium::into_writer(&Sig65([9; 65]), &mut buf).unwrap();
+        assert_eq!(
+            ciborium::from_reader::<Sig65, _>(buf.as_slice()).unwrap(),
+            Sig65([9; 65])
+        );
+    }
+}

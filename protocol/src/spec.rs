@@ -1,0 +1,207 @@
+//! The job specification. Its CBOR encoding (this crate's, field order as declared) hashed with
+//! BLAKE3 is the `specHash` the client passes to `createJob`, and the blob providers fetch.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::{Hash, blake3_hash};
+use crate::wire::WireError;
+
+/// Longest checkpoint interval: a `CheckpointAnnounce` carries one 32-byte state hash per step
+/// of the interval, and has to fit in a gossip message with room to spare.
+pub const MAX_CHECKPOINT_INTERVAL: u64 = 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    FashionCnn,
+    BertLora,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HyperParams {
+    pub learning_rate: f64,
+    pub weight_decay: f64,
+    pub warmup_steps: u64,
+    /// Model-specific knobs (e.g. `lora_rank`), sorted so the encoding is canonical.
+    pub extra: BTreeMap<String, f64>,
+}
+
+/// What a verifier's quality test demands of a checkpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QualityThresholds {
+    /// Held-out accuracy the checkpoint must reach once `after_step` is passed.
+    pub min_accuracy: f64,
+    pub after_step: u64,
+    /// Largest accuracy drop tolerated against the previous accepted checkpoint.
+    pub max_accuracy_drop: f64,
+    /// Eval loss above this (or non-finite) fails.
+    pub max_loss: f64,
+    /// Steps re-executed per checkpoint by the spot check.
+    pub spot_check_steps: u32,
+    /// Relative tolerance of the spot check's comparison (0 = bit-exact).
+    pub spot_check_tolerance: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub model: ModelKind,
+    pub model_blob: Hash,
+    pub dataset_blob: Hash,
+    pub eval_blob: Hash,
+    pub hyper: HyperParams,
+    pub seed: u64,
+    pub total_steps: u64,
+    pub checkpoint_interval: u64,
+    pub effective_batch: u32,
+    /// Device memory a provider needs for the smallest micro-batch; the hardware-fit filter.
+    pub min_memory_bytes: u64,
+    pub quality: QualityThresholds,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("total_steps must be positive")]
+    NoSteps,
+    #[error("checkpoint_interval must be in 1..={MAX_CHECKPOINT_INTERVAL}")]
+    BadInterval,
+    #[error("effective_batch must be positive")]
+    NoBatch,
+    #[error("a hyper-parameter or threshold is not finite")]
+    NotFinite,
+}
+
+impl JobSpec {
+    pub fn to_cbor(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        // Serializing plain structs into a Vec cannot fail: no I/O, no non-string map keys.
+        ciborium::into_writer(self, &mut out).expect("JobSpec serializes into memory");
+        out
+    }
+
+    pub fn from_cbor(bytes: &[u8]) -> Result<Self, WireError> {
+        crate::wire::decode_bounded(bytes)
+    }
+
+    /// The on-chain `specHash`.
+    pub fn spec_hash(&self) -> Hash {
+        blake3_hash(&self.to_cbor())
+    }
+
+    pub fn check(&self) -> Result<(), SpecError> {
+        if self.total_steps == 0 {
+            return Err(SpecError::NoSteps);
+        }
+        if self.checkpoint_interval == 0 || self.checkpoint_interval > MAX_CHECKPOINT_INTERVAL {
+            return Err(SpecError::BadInterval);
+        }
+        if self.effective_batch == 0 {
+            return Err(SpecError::NoBatch);
+        }
+        let q = &self.quality;
+        let floats = [
+            self.hyper.learning_rate,
+            self.hyper.weight_decay,
+            q.min_accuracy,
+            q.max_accuracy_drop,
+            q.max_loss,
+            q.spot_check_tolerance,
+        ];
+        if floats
+            .iter()
+            .chain(self.hyper.extra.values())
+            .any(|f| !f.is_finite())
+        {
+            return Err(SpecError::NotFinite);
+        }
+        Ok(())
+    }
+
+    /// Whether `step` is one at which a checkpoint is due.
+    pub fn is_checkpoint_step(&self, step: u64) -> bool {
+        step > 0
+            && step <= self.total_steps
+            && (step.is_multiple_of(self.checkpoint_interval) || step == self.total_steps)
+    }
+
+    /// The fashion-cnn job of the product page's 4 Nov run; tests and the demo share it.
+    pub fn fashion_cnn_demo(model_blob: Hash, dataset_blob: Hash, eval_blob: Hash) -> Self {
+        JobSpec {
+            model: ModelKind::FashionCnn,
+            model_blob,
+            dataset_blob,
+            eval_blob,
+            hyper: HyperParams {
+                learning_rate: 1e-3,
+                weight_decay: 1e-2,
+                warmup_steps: 20,
+                extra: BTreeMap::new(),
+            },
+            seed: 4,
+            total_steps: 400,
+            checkpoint_interval: 50,
+            effective_batch: 64,
+            min_memory_bytes: 256 << 20,
+            quality: QualityThresholds {
+                min_accuracy: 0.5,
+                after_step: 100,
+                max_accuracy_drop: 0.05,
+                max_loss: 10.0,
+                spot_check_steps: 2,
+                spot_check_tolerance: 0.0,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo() -> JobSpec {
+        JobSpec::fashion_cnn_demo(
+            Hash::repeat_byte(1),
+            Hash::repeat_byte(2),
+            Hash::repeat_byte(3),
+        )
+    }
+
+    #[test]
+    fn spec_hash_is_blake3_of_cbor_and_stable_across_round_trip() {
+        let spec = demo();
+        let bytes = spec.to_cbor();
+        assert_eq!(spec.spec_hash(), blake3_hash(&bytes));
+        let back = JobSpec::from_cbor(&bytes).unwrap();
+        assert_eq!(back, spec);
+        assert_eq!(back.spec_hash(), spec.spec_hash());
+        let mut other = demo();
+        other.seed += 1;
+        assert_ne!(other.spec_hash(), spec.spec_hash());
+    }
+
+    #[test]
+    fn check_rejects_degenerate_specs() {
+        assert_eq!(demo().check(), Ok(()));
+        let mut s = demo();
+        s.total_steps = 0;
+        assert_eq!(s.check(), Err(SpecError::NoSteps));
+        let mut s = demo();
+        s.checkpoint_interval = MAX_CHECKPOINT_INTERVAL + 1;
+        assert_eq!(s.check(), Err(SpecError::BadInterval));
+        let mut s = demo();
+        s.hyper.learning_rate = f64::NAN;
+        assert_eq!(s.check(), Err(SpecError::NotFinite));
+    }
+
+    #[test]
+    fn checkpoint_steps_follow_interval_and_end() {
+        let mut s = demo();
+        assert!(s.is_checkpoint_step(50) && s.is_checkpoint_step(400));
+        assert!(
+            !s.is_checkpoint_step(0) && !s.is_checkpoint_step(158) && !s.is_checkpoint_step(450)
+        );
+        s.total_steps = 420;
+        assert!(s.is_checkpoint_step(420));
+    }
+}

@@ -1,0 +1,513 @@
+//! The verifier: for each job that lists it, checks every announced checkpoint in step order
+//! (fetch, quality test against the previous accepted or verified checkpoint, re-execution spot
+//! check of seeded random steps) and gossips an EIP-712 vote.
+//!
+//! ```text
+//!  Announce ──queued──> Fetching ──BlobFetched ok──> Testing(quality ∥ spot check)
+//!     ^                    │ failed × max_fetch_attempts        │ both pass   │ either fails
+//!     │                    └──────────> vote reject <───────────┼─────────────┘
+//!     └──── next queued announce <──── vote accept (head moves) ┘
+//!  ProviderAssigned / EpochEnded / CheckpointRejected: drop the queue, head = chain's accepted
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use alloy_primitives::Address;
+
+use crate::chain::ChainEvent;
+use crate::eip712::EscrowDomain;
+use crate::io::{Input, Notice, Output, SpotStep, StateMachine};
+use crate::messages::{CheckpointAnnounce, JobOffer, Vote};
+use crate::signing::{Sig65, SigningKey};
+use crate::time::Time;
+use crate::topics::job_topic;
+use crate::types::{Epoch, Hash, JobId, Step};
+use crate::validation::{IgnoreReason, RejectReason, Verdict, check_message};
+use crate::wire::Message;
+
+/// Announcements held while an earlier checkpoint is being verified; more is a flood.
+const MAX_QUEUED: usize = 64;
+
+#[derive(Clone, Debug)]
+pub struct VerifierConfig {
+    pub domain: EscrowDomain,
+    /// Seeds the choice of spot-checked steps: unpredictable to providers, replayable in the sim.
+    pub seed: u64,
+    pub max_fetch_attempts: u32,
+    /// Spot-checked steps per checkpoint when the spec (from the offer) is unknown.
+    pub default_spot_checks: u32,
+}
+
+impl VerifierConfig {
+    pub fn new(domain: EscrowDomain, seed: u64) -> Self {
+        VerifierConfig {
+            domain,
+            seed,
+            max_fetch_attempts: 3,
+            default_spot_checks: 2,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Check {
+    ann: CheckpointAnnounce,
+    fetch_attempts: u32,
+    quality: Option<bool>,
+    spot: Option<bool>,
+}
+
+#[derive(Clone, Debug)]
+struct VerifierJob {
+    spec_hash: Hash,
+    total_steps: Step,
+    interval: Step,
+    verifiers: Vec<Address>,
+    spot_checks: u32,
+    epoch: Epoch,
+    provider: Option<Address>,
+    head_step: Step,
+    head_hash: Hash,
+    queue: BTreeMap<Step, CheckpointAnnounce>,
+    active: Option<Check>,
+    voted: BTreeSet<(Epoch, Step, Hash)>,
+}
+
+impl VerifierJob {
+    fn reset_to_chain(&mut self, step: Step, hash: Hash) {
+        self.head_step = step;
+        self.head_hash = hash;
+        self.queue.clear();
+        self.active = None;
+    }
+}
+
+#[derive(Debug)]
+pub struct Verifier {
+    config: VerifierConfig,
+    key: SigningKey,
+    jobs: BTreeMap<JobId, VerifierJob>,
+    outputs: VecDeque<Output>,
+}
+
+/// splitmix64: a tiny, well-mixed generator; enough to choose steps, and dependency-free.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Distinct steps in `parent+1 ..= step`, chosen from the seed and the checkpoint's identity.
+pub fn spot_check_steps(seed: u64, ann: &CheckpointAnnounce, count: u32) -> Vec<Step> {
+    let span = ann.step.saturating_sub(ann.parent_step);
+    let count = u64::from(count).min(span);
+    let mut mix = blake3::Hasher::new();
+    mix.update(&seed.to_le_bytes());
+    mix.update(&ann.job_id.to_be_bytes::<32>());
+    mix.update(&ann.epoch.to_le_bytes());
+    mix.update(&ann.step.to_le_bytes());
+    mix.update(ann.checkpoint_hash.as_slice());
+    let digest = mix.finalize();
+    let mut state = u64::from_le_bytes(digest.as_bytes()[..8].try_into().unwrap_or([0; 8]));
+    let mut picked = BTreeSet::new();
+    while (picked.len() as u64) < count {
+        picked.insert(ann.parent_step + 1 + splitmix64(&mut state) % span);
+    }
+    picked.into_iter().collect()
+}
+
+impl Verifier {
+    pub fn new(config: VerifierConfig, key: SigningKey) -> Self {
+        Verifier {
+            config,
+            key,
+            jobs: BTreeMap::new(),
+            outputs: VecDeque::new(),
+        }
+    }
+
+    pub fn address(&self) -> Address {
+        self.key.address()
+    }
+
+    /// The last checkpoint this verifier builds on: (step, hash).
+    pub fn head(&self, job_id: JobId) -> Option<(Step, Hash)> {
+        self.jobs.get(&job_id).map(|j| (j.head_step, j.head_hash))
+    }
+
+    fn advance(&mut self, job_id: JobId) {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        if job.active.is_some() {
+            return;
+        }
+        let head = job.head_step;
+        job.queue
+            .retain(|step, ann| *step > head && ann.parent_step >= head);
+        let Some(step) = job
+            .queue
+            .iter()
+            .find(|(_, a)| a.parent_step == head)
+            .map(|(s, _)| *s)
+        else {
+            return;
+        };
+        let Some(ann) = job.queue.remove(&step) else {
+            return;
+        };
+        let fetch = Output::FetchBlob {
+            hash: ann.checkpoint_hash,
+            from: Some(ann.provider),
+        };
+        job.active = Some(Check {
+            ann,
+            fetch_attempts: 1,
+            quality: None,
+            spot: None,
+        });
+        self.outputs.push_back(fetch);
+    }
+
+    fn vote(&mut self, job_id: JobId, accept: bool) {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        let Some(check) = job.active.take() else {
+            return;
+        };
+        let ann = check.ann;
+        job.voted.insert((ann.epoch, ann.step, ann.checkpoint_hash));
+        if accept {
+            job.head_step = ann.step;
+            job.head_hash = ann.checkpoint_hash;
+        } else {
+            // The escrow will end this epoch; nothing built on the bad checkpoint can pass.
+            job.queue.clear();
+        }
+        let vote = Vote {
+            job_id,
+            epoch: ann.epoch,
+            step: ann.step,
+            checkpoint_hash: ann.checkpoint_hash,
+            accept,
+            verifier: Address::ZERO,
+            signature: Sig65::ZERO,
+        }
+        .sign(&self.config.domain, &self.key);
+        self.outputs.push_back(Output::Publish {
+            topic: job_topic(job_id),
+            message: Message::Vote(vote),
+        });
+        self.outputs.push_back(Output::Notice(Notice::Voted {
+            job_id,
+            epoch: ann.epoch,
+            step: ann.step,
+            accept,
+        }));
+        if accept {
+            self.advance(job_id);
+        }
+    }
+
+    fn decide(&mut self, job_id: JobId) {
+        let Some(check) = self.jobs.get(&job_id).and_then(|j| j.active.as_ref()) else {
+            return;
+        };
+        match (check.quality, check.spot) {
+            (Some(false), _) | (_, Some(false)) => self.vote(job_id, false),
+            (Some(true), Some(true)) => self.vote(job_id, true),
+            _ => {}
+        }
+    }
+
+    /// The active check for exactly this checkpoint, if results are for it.
+    fn active_for(
+        &mut self,
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        hash: Hash,
+    ) -> Option<&mut Check> {
+        let check = self.jobs.get_mut(&job_id)?.active.as_mut()?;
+        let a = &check.ann;
+        (a.epoch == epoch && a.step == step && a.checkpoint_hash == hash).then_some(check)
+    }
+
+    fn on_blob(&mut self, hash: Hash, ok: bool) {
+        let max = self.config.max_fetch_attempts;
+        let ids: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| {
+                j.active.as_ref().is_some_and(|c| {
+                    c.ann.checkpoint_hash == hash && c.quality.is_none() && c.spot.is_none()
+                })
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for job_id in ids {
+            let Some(job) = self.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            let (head_step, head_hash, count) = (job.head_step, job.head_hash, job.spot_checks);
+            let Some(check) = job.active.as_mut() else {
+                continue;
+            };
+            let ann = check.ann.clone();
+            if !ok {
+                if check.fetch_attempts >= max {
+                    // A provider that cannot serve its checkpoint cannot be paid for it.
+                    self.vote(job_id, false);
+                } else {
+                    check.fetch_attempts += 1;
+                    self.outputs.push_back(Output::FetchBlob {
+                        hash,
+                        from: Some(ann.provider),
+                    });
+                }
+                continue;
+            }
+            let steps = spot_check_steps(self.config.seed, &ann, count)
+                .into_iter()
+                .filter_map(|s| {
+                    let i = usize::try_from(s - ann.parent_step).ok()?;
+                    Some(SpotStep {
+                        step: s,
+                        before: *ann.state_hashes.get(i - 1)?,
+                        after: *ann.state_hashes.get(i)?,
+                    })
+                })
+                .collect();
+            self.outputs.push_back(Output::RunQualityTest {
+                job_id,
+                epoch: ann.epoch,
+                step: ann.step,
+                checkpoint_hash: hash,
+                baseline: head_hash,
+                baseline_step: head_step,
+            });
+            self.outputs.push_back(Output::RunSpotCheck {
+                job_id,
+                epoch: ann.epoch,
+                step: ann.step,
+                checkpoint_hash: hash,
+                provider: ann.provider,
+                steps,
+            });
+        }
+    }
+
+    fn on_announce(&mut self, ann: &CheckpointAnnounce) -> Verdict {
+        let job_id = ann.job_id;
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Verdict::Accept;
+        };
+        if ann.epoch < job.epoch {
+            return Verdict::Ignore(IgnoreReason::StaleEpoch);
+        }
+        if ann.epoch > job.epoch {
+            return Verdict::Ignore(IgnoreReason::FutureEpoch);
+        }
+        match job.provider {
+            None => return Verdict::Ignore(IgnoreReason::StaleEpoch),
+            Some(p) if p != ann.provider => {
+                return Verdict::Reject(RejectReason::NotAssignedProvider);
+            }
+            Some(_) => {}
+        }
+        let on_grid = ann.step.is_multiple_of(job.interval) || ann.step == job.total_steps;
+        if ann.step > job.total_steps || !on_grid {
+            return Verdict::Reject(RejectReason::InvalidCheckpointStep);
+        }
+        let key = (ann.epoch, ann.step, ann.checkpoint_hash);
+        let is_active = job
+            .active
+            .as_ref()
+            .is_some_and(|c| (c.ann.epoch, c.ann.step, c.ann.checkpoint_hash) == key);
+        if job.voted.contains(&key)
+            || is_active
+            || job.queue.get(&ann.step).is_some_and(|q| q == ann)
+        {
+            return Verdict::Ignore(IgnoreReason::Duplicate);
+        }
+        if ann.step <= job.head_step {
+            return Verdict::Ignore(IgnoreReason::AlreadyDecided);
+        }
+        if job.queue.len() >= MAX_QUEUED && !job.queue.contains_key(&ann.step) {
+            return Verdict::Ignore(IgnoreReason::Overloaded);
+        }
+        // First announcement for a step wins: a provider cannot swap a checkpoint mid-check.
+        job.queue.entry(ann.step).or_insert_with(|| ann.clone());
+        self.advance(job_id);
+        Verdict::Accept
+    }
+
+    fn on_offer(&mut self, offer: &JobOffer) -> Verdict {
+        if let Some(job) = self.jobs.get_mut(&offer.job_id)
+            && offer.spec.spec_hash() == job.spec_hash
+        {
+            job.spot_checks = offer.spec.quality.spot_check_steps;
+        }
+        Verdict::Accept
+    }
+
+    fn on_vote(&self, vote: &Vote) -> Verdict {
+        match self.jobs.get(&vote.job_id) {
+            Some(job) if !job.verifiers.contains(&vote.verifier) => {
+                Verdict::Reject(RejectReason::NotListedVerifier)
+            }
+            _ => Verdict::Accept,
+        }
+    }
+
+    fn on_chain(&mut self, event: ChainEvent) {
+        let job_id = event.job_id();
+        let me = self.key.address();
+        if let ChainEvent::JobCreated {
+            spec_hash,
+            total_steps,
+            checkpoint_interval,
+            verifiers,
+            ..
+        } = &event
+        {
+            if verifiers.contains(&me) && !self.jobs.contains_key(&job_id) {
+                self.jobs.insert(
+                    job_id,
+                    VerifierJob {
+                        spec_hash: *spec_hash,
+                        total_steps: *total_steps,
+                        interval: (*checkpoint_interval).max(1),
+                        verifiers: verifiers.clone(),
+                        spot_checks: self.config.default_spot_checks,
+                        epoch: 0,
+                        provider: None,
+                        head_step: 0,
+                        // The escrow's convention: before any acceptance the "checkpoint" is the spec.
+                        head_hash: *spec_hash,
+                        queue: BTreeMap::new(),
+                        active: None,
+                        voted: BTreeSet::new(),
+                    },
+                );
+                self.outputs.push_back(Output::Subscribe {
+                    topic: job_topic(job_id),
+                });
+            }
+            return;
+        }
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        match event {
+            ChainEvent::JobCreated { .. } => {}
+            ChainEvent::ProviderAssigned {
+                epoch,
+                provider,
+                start_step,
+                start_checkpoint,
+                ..
+            } => {
+                if epoch > job.epoch {
+                    job.epoch = epoch;
+                    job.provider = Some(provider);
+                    job.reset_to_chain(start_step, start_checkpoint);
+                }
+            }
+            ChainEvent::EpochEnded { epoch, .. } | ChainEvent::CheckpointRejected { epoch, .. } => {
+                if epoch == job.epoch {
+                    job.provider = None;
+                    job.queue.clear();
+                    job.active = None;
+                }
+            }
+            ChainEvent::CheckpointAccepted {
+                step,
+                checkpoint_hash,
+                ..
+            } => {
+                if step > job.head_step {
+                    // The chain is ahead of us (we missed or lag on some checkpoint): follow it.
+                    job.head_step = step;
+                    job.head_hash = checkpoint_hash;
+                    if job.active.as_ref().is_some_and(|c| c.ann.step <= step) {
+                        job.active = None;
+                    }
+                }
+                self.advance(job_id);
+            }
+            ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
+                self.jobs.remove(&job_id);
+                self.outputs.push_back(Output::Unsubscribe {
+                    topic: job_topic(job_id),
+                });
+            }
+        }
+    }
+}
+
+impl StateMachine for Verifier {
+    fn handle_message(&mut self, _now: Time, msg: &Message) -> Verdict {
+        let stateless = check_message(msg, &self.config.domain);
+        if !stateless.is_accept() {
+            return stateless;
+        }
+        match msg {
+            Message::CheckpointAnnounce(a) => self.on_announce(a),
+            Message::JobOffer(o) => self.on_offer(o),
+            Message::Vote(v) => self.on_vote(v),
+            _ => Verdict::Accept,
+        }
+    }
+
+    fn handle_input(&mut self, _now: Time, input: Input) {
+        match input {
+            Input::Chain { event, .. } => self.on_chain(event),
+            Input::BlobFetched { hash, ok } => self.on_blob(hash, ok),
+            Input::QualityResult {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                report,
+            } => {
+                if let Some(c) = self.active_for(job_id, epoch, step, checkpoint_hash) {
+                    // Non-finite metrics fail whatever the runner concluded.
+                    c.quality =
+                        Some(report.pass && report.accuracy.is_finite() && report.loss.is_finite());
+                    self.decide(job_id);
+                }
+            }
+            Input::SpotCheckResult {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                pass,
+            } => {
+                if let Some(c) = self.active_for(job_id, epoch, step, checkpoint_hash) {
+                    c.spot = Some(pass);
+                    self.decide(job_id);
+                }
+            }
+            Input::ConnectionClosed { .. }
+            | Input::TxFailed { .. }
+            | Input::StepDone { .. }
+            | Input::CheckpointReady { .. }
+            | Input::TrainingFailed { .. } => {}
+        }
+    }
+
+    fn handle_timeout(&mut self, _now: Time) {}
+
+    fn poll_timeout(&self) -> Option<Time> {
+        None
+    }
+
+    fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+}

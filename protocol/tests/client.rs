@@ -1,0 +1,620 @@
+//! One test per client transition: offer, selection, refusals, failure detection and failover,
+//! quorum handling, rejection, release, completion and restart.
+// Test code: a broken fixture should fail loudly where it is read.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use gpuchain_protocol::chain::{ChainTx, EpochEndReason};
+use gpuchain_protocol::client::{JobParams, Phase};
+use gpuchain_protocol::topics::{JOBS_TOPIC, job_topic};
+use gpuchain_protocol::wire::Message;
+use gpuchain_protocol::{
+    Client, ClientConfig, Hash, IgnoreReason, Input, Notice, Output, RejectReason, StateMachine,
+    U256, Verdict,
+};
+
+fn client(k: &Keys) -> Client {
+    Client::new(ClientConfig::new(domain()), k.client.clone())
+}
+
+/// A client whose job exists on chain, with its first offer drained.
+fn created(k: &Keys) -> Client {
+    let mut c = client(k);
+    c.create_job(
+        spec(),
+        JobParams {
+            token: gpuchain_protocol::Address::repeat_byte(0x5d),
+            budget: U256::from(5_000_000u64),
+            max_price_per_step: U256::from(MAX_PRICE),
+            verifiers: vec![k.v1.address(), k.v2.address()],
+            quorum: 2,
+            deadline: BLOCK_TIME + 3600,
+            grace: 600,
+        },
+    );
+    drain(&mut c);
+    c.handle_input(t(0), chain(job_created(k)));
+    drain(&mut c);
+    c
+}
+
+/// A client running epoch 1 with provider A, standby bids from P (cheaper) and B for epoch 2.
+fn running(k: &Keys) -> Client {
+    let mut c = created(k);
+    assert!(c.handle_message(t(10), &bid(&k.a, 1, 1000, 8)).is_accept());
+    c.handle_timeout(t(500));
+    drain(&mut c);
+    c.handle_input(t(600), assigned(1, &k.a, 0, Hash::ZERO));
+    assert!(c.handle_message(t(610), &bid(&k.p, 2, 2000, 8)).is_accept());
+    assert!(c.handle_message(t(610), &bid(&k.b, 2, 3000, 8)).is_accept());
+    drain(&mut c);
+    c
+}
+
+fn assign_of(outs: &[Output]) -> Option<gpuchain_protocol::Address> {
+    txs(outs).into_iter().find_map(|(_, tx)| match tx {
+        ChainTx::Assign { provider, .. } => Some(provider),
+        _ => None,
+    })
+}
+
+#[test]
+fn create_job_submits_create_then_offers_on_job_created() {
+    let k = keys();
+    let mut c = client(&k);
+    c.create_job(
+        spec(),
+        JobParams {
+            token: gpuchain_protocol::Address::ZERO,
+            budget: U256::from(5),
+            max_price_per_step: U256::from(MAX_PRICE),
+            verifiers: vec![k.v1.address()],
+            quorum: 1,
+            deadline: 1,
+            grace: 1,
+        },
+    );
+    let outs = drain(&mut c);
+    assert!(
+        matches!(&txs(&outs)[..], [(_, ChainTx::CreateJob { spec_hash, .. })] if *spec_hash == spec().spec_hash())
+    );
+    c.handle_input(t(0), chain(job_created(&k)));
+    let outs = drain(&mut c);
+    assert!(outs.contains(&Output::Subscribe {
+        topic: job_topic(job())
+    }));
+    let offer = outs.iter().find_map(|o| match o {
+        Output::Publish {
+            topic,
+            message: Message::JobOffer(m),
+        } if topic == JOBS_TOPIC => Some(m.clone()),
+        _ => None,
+    });
+    let offer = offer.expect("an offer on the jobs topic");
+    assert_eq!(offer.next_epoch, 1);
+    assert_eq!(offer.spec.spec_hash(), spec().spec_hash());
+    assert_eq!(offer.check_signature(), Ok(()));
+    assert_eq!(c.poll_timeout(), Some(t(500)));
+}
+
+#[test]
+fn jobs_of_other_clients_are_not_adopted() {
+    let k = keys();
+    let mut c = Client::new(ClientConfig::new(domain()), k.outsider.clone());
+    c.handle_input(t(0), chain(job_created(&k)));
+    assert!(drain(&mut c).is_empty());
+    assert!(c.job_status(job()).is_none());
+    // Their bids are still valid gossip to relay.
+    assert_eq!(
+        c.handle_message(t(1), &bid(&k.a, 1, 1000, 8)),
+        Verdict::Accept
+    );
+}
+
+#[test]
+fn selection_prefers_price_then_fit_then_reputation() {
+    let k = keys();
+    let mut c = created(&k);
+    // P is cheapest but lacks memory; A and B tie on price.
+    c.handle_message(t(1), &bid(&k.p, 1, 500, 0));
+    c.handle_message(t(1), &bid(&k.a, 1, 1000, 8));
+    c.handle_message(t(1), &bid(&k.b, 1, 1000, 8));
+    c.handle_timeout(t(499));
+    assert!(assign_of(&drain(&mut c)).is_none(), "window still open");
+    c.handle_timeout(t(500));
+    let outs = drain(&mut c);
+    let lowest = k.a.address().min(k.b.address());
+    assert_eq!(
+        assign_of(&outs),
+        Some(lowest),
+        "tie broken deterministically by address"
+    );
+    assert!(matches!(
+        c.job_status(job()).unwrap().phase,
+        Phase::Assigning { .. }
+    ));
+}
+
+#[test]
+fn no_usable_bid_reopens_bidding_with_a_fresh_offer() {
+    let k = keys();
+    let mut c = created(&k);
+    c.handle_timeout(t(500));
+    let outs = drain(&mut c);
+    assert!(notices(&outs).contains(&Notice::NoUsableBids {
+        job_id: job(),
+        epoch: 1
+    }));
+    assert!(
+        published(&outs)
+            .iter()
+            .any(|m| matches!(m, Message::JobOffer(_)))
+    );
+    assert_eq!(
+        c.job_status(job()).unwrap().phase,
+        Phase::Bidding { until: t(1000) }
+    );
+}
+
+#[test]
+fn bids_are_refused_or_ignored_with_reasons() {
+    let k = keys();
+    let mut c = created(&k);
+    assert_eq!(
+        c.handle_message(t(1), &bid(&k.a, 0, 1000, 8)),
+        Verdict::Ignore(IgnoreReason::StaleEpoch)
+    );
+    assert_eq!(
+        c.handle_message(t(1), &bid(&k.a, 9, 1000, 8)),
+        Verdict::Ignore(IgnoreReason::FutureEpoch)
+    );
+    assert_eq!(
+        c.handle_message(t(1), &bid(&k.a, 1, MAX_PRICE + 1, 8)),
+        Verdict::Reject(RejectReason::PriceAboveMax)
+    );
+    assert_eq!(
+        c.handle_message(t(1), &bid(&k.a, 1, 1000, 8)),
+        Verdict::Accept
+    );
+    assert_eq!(
+        c.handle_message(t(1), &bid(&k.a, 1, 1000, 8)),
+        Verdict::Ignore(IgnoreReason::Duplicate)
+    );
+    let Message::Bid(mut forged) = bid(&k.a, 1, 10, 8) else {
+        unreachable!()
+    };
+    forged.provider = k.b.address();
+    assert_eq!(
+        c.handle_message(t(1), &Message::Bid(forged)),
+        Verdict::Reject(RejectReason::BadSignature)
+    );
+    let Message::Bid(mut expired) = bid(&k.b, 1, 1000, 8) else {
+        unreachable!()
+    };
+    expired.expiry = BLOCK_TIME - 1;
+    let expired = expired.sign(&domain(), &k.b);
+    assert_eq!(
+        c.handle_message(t(1), &Message::Bid(expired)),
+        Verdict::Ignore(IgnoreReason::Expired)
+    );
+}
+
+#[test]
+fn assignment_starts_running_and_heartbeats_are_checked() {
+    let k = keys();
+    let mut c = running(&k);
+    let s = c.job_status(job()).unwrap();
+    assert_eq!(
+        (s.phase, s.epoch, s.provider),
+        (Phase::Running, 1, Some(k.a.address()))
+    );
+    assert_eq!(
+        c.handle_message(t(700), &heartbeat(&k.a, 1, 1, 5)),
+        Verdict::Accept
+    );
+    assert_eq!(
+        c.handle_message(t(701), &heartbeat(&k.a, 1, 1, 5)),
+        Verdict::Ignore(IgnoreReason::Duplicate)
+    );
+    assert_eq!(
+        c.handle_message(t(800), &heartbeat(&k.a, 1, 3, 9)),
+        Verdict::Accept
+    );
+    assert_eq!(
+        c.handle_message(t(801), &heartbeat(&k.a, 1, 2, 7)),
+        Verdict::Ignore(IgnoreReason::Replayed)
+    );
+    assert_eq!(
+        c.handle_message(t(802), &heartbeat(&k.b, 1, 10, 9)),
+        Verdict::Reject(RejectReason::NotAssignedProvider)
+    );
+    assert_eq!(
+        c.handle_message(t(803), &heartbeat(&k.a, 0, 10, 9)),
+        Verdict::Ignore(IgnoreReason::StaleEpoch)
+    );
+    assert_eq!(c.job_status(job()).unwrap().last_reported_step, 9);
+}
+
+#[test]
+fn one_lost_heartbeat_is_not_death() {
+    let k = keys();
+    let mut c = running(&k);
+    for (seq, at) in [(1, 700), (2, 800), /* 900 lost */ (4, 1000), (5, 1100)] {
+        c.handle_message(t(at), &heartbeat(&k.a, 1, seq, seq));
+        c.handle_timeout(t(at + 99));
+    }
+    assert!(
+        notices(&drain(&mut c))
+            .iter()
+            .all(|n| !matches!(n, Notice::ProviderLost { .. }))
+    );
+    assert_eq!(c.job_status(job()).unwrap().phase, Phase::Running);
+}
+
+#[test]
+fn dead_provider_is_detected_within_300ms_and_replaced_from_standby_bids() {
+    let k = keys();
+    let mut c = running(&k);
+    c.handle_message(t(1000), &heartbeat(&k.a, 1, 1, 10));
+    // A dies at 1050; the driver wakes at poll_timeout.
+    let wake = c.poll_timeout().unwrap();
+    assert!(wake.since(t(1050)) <= Duration::from_millis(300));
+    c.handle_timeout(wake);
+    let outs = drain(&mut c);
+    assert!(
+        notices(&outs).iter().any(
+            |n| matches!(n, Notice::ProviderLost { provider, .. } if *provider == k.a.address())
+        )
+    );
+    assert_eq!(
+        assign_of(&outs),
+        Some(k.p.address()),
+        "cheapest standby bid, no new bidding round"
+    );
+    let s = c.job_status(job()).unwrap();
+    assert!(s.excluded.contains(&k.a.address()));
+    assert!(c.reputation().score(&k.a.address()) < 0);
+    // A's late heartbeat for the fenced epoch after P's assignment is stale.
+    c.handle_input(wake, assigned(2, &k.p, 0, Hash::ZERO));
+    assert_eq!(
+        c.handle_message(wake, &heartbeat(&k.a, 1, 2, 11)),
+        Verdict::Ignore(IgnoreReason::StaleEpoch)
+    );
+    // And A's bids are no longer considered.
+    assert_eq!(
+        c.handle_message(wake, &bid(&k.a, 3, 1, 8)),
+        Verdict::Ignore(IgnoreReason::ProviderExcluded)
+    );
+}
+
+#[test]
+fn closed_connection_speeds_detection() {
+    let k = keys();
+    let mut c = running(&k);
+    c.handle_message(t(1000), &heartbeat(&k.a, 1, 1, 10));
+    c.handle_input(
+        t(1010),
+        Input::ConnectionClosed {
+            address: k.a.address(),
+        },
+    );
+    assert_eq!(c.poll_timeout(), Some(t(1060)));
+    c.handle_timeout(t(1060));
+    assert!(
+        notices(&drain(&mut c))
+            .iter()
+            .any(|n| matches!(n, Notice::ProviderLost { .. }))
+    );
+}
+
+#[test]
+fn failed_assign_moves_to_next_bid() {
+    let k = keys();
+    let mut c = created(&k);
+    c.handle_message(t(1), &bid(&k.a, 1, 1000, 8));
+    c.handle_message(t(1), &bid(&k.b, 1, 3000, 8));
+    c.handle_timeout(t(500));
+    let outs = drain(&mut c);
+    let (id, _) = txs(&outs)[0].clone();
+    assert_eq!(assign_of(&outs), Some(k.a.address()));
+    c.handle_input(
+        t(510),
+        Input::TxFailed {
+            id,
+            reason: "bid expired".into(),
+        },
+    );
+    assert_eq!(assign_of(&drain(&mut c)), Some(k.b.address()));
+}
+
+#[test]
+fn accept_quorum_submits_once_with_sorted_signatures() {
+    let k = keys();
+    let mut c = running(&k);
+    let h = ckpt(0xa, 50);
+    assert_eq!(
+        c.handle_message(t(700), &announce(&k.a, 1, 0, 50, 0xa)),
+        Verdict::Accept
+    );
+    assert!(drain(&mut c).contains(&Output::FetchBlob {
+        hash: h,
+        from: Some(k.a.address())
+    }));
+    assert_eq!(
+        c.handle_message(t(700), &announce(&k.a, 1, 0, 50, 0xa)),
+        Verdict::Ignore(IgnoreReason::Duplicate)
+    );
+    assert_eq!(
+        c.handle_message(t(710), &vote(&k.v1, 1, 50, h, true)),
+        Verdict::Accept
+    );
+    // The same vote again (a replay) counts once: still no quorum.
+    assert_eq!(
+        c.handle_message(t(711), &vote(&k.v1, 1, 50, h, true)),
+        Verdict::Ignore(IgnoreReason::Duplicate)
+    );
+    assert!(txs(&drain(&mut c)).is_empty());
+    // A non-listed verifier cannot make up the quorum.
+    assert_eq!(
+        c.handle_message(t(712), &vote(&k.outsider, 1, 50, h, true)),
+        Verdict::Reject(RejectReason::NotListedVerifier)
+    );
+    assert!(txs(&drain(&mut c)).is_empty());
+    assert_eq!(
+        c.handle_message(t(720), &vote(&k.v2, 1, 50, h, true)),
+        Verdict::Accept
+    );
+    let outs = drain(&mut c);
+    let [
+        (
+            _,
+            ChainTx::AcceptCheckpoint {
+                epoch: 1,
+                step: 50,
+                checkpoint_hash,
+                sigs,
+                ..
+            },
+        ),
+    ] = &txs(&outs)[..]
+    else {
+        panic!("expected one acceptCheckpoint, got {outs:?}")
+    };
+    assert_eq!(*checkpoint_hash, h);
+    let Message::Vote(v1) = vote(&k.v1, 1, 50, h, true) else {
+        unreachable!()
+    };
+    let Message::Vote(v2) = vote(&k.v2, 1, 50, h, true) else {
+        unreachable!()
+    };
+    let expected = if k.v1.address() < k.v2.address() {
+        [v1.signature, v2.signature]
+    } else {
+        [v2.signature, v1.signature]
+    };
+    assert_eq!(sigs[..], expected[..]);
+    // Late votes after submission do not resubmit.
+    assert_eq!(
+        c.handle_message(t(730), &vote(&k.v2, 1, 50, h, true)),
+        Verdict::Ignore(IgnoreReason::AlreadyDecided)
+    );
+    c.handle_input(t(800), accepted(1, 50, h, &k.a));
+    assert_eq!(c.job_status(job()).unwrap().last_accepted, 50);
+    assert_eq!(
+        c.handle_message(t(810), &vote(&k.v1, 1, 50, h, false)),
+        Verdict::Ignore(IgnoreReason::AlreadyDecided)
+    );
+}
+
+#[test]
+fn equivocating_and_stale_votes_are_refused() {
+    let k = keys();
+    let mut c = running(&k);
+    let h = ckpt(0xa, 50);
+    c.handle_message(t(700), &vote(&k.v1, 1, 50, h, true));
+    assert_eq!(
+        c.handle_message(t(701), &vote(&k.v1, 1, 50, h, false)),
+        Verdict::Reject(RejectReason::Equivocation)
+    );
+    assert_eq!(
+        c.handle_message(t(702), &vote(&k.v2, 0, 50, h, true)),
+        Verdict::Ignore(IgnoreReason::StaleEpoch)
+    );
+    assert!(txs(&drain(&mut c)).is_empty());
+}
+
+#[test]
+fn reject_quorum_then_rejection_reassigns_and_excludes() {
+    let k = keys();
+    let mut c = running(&k);
+    let h = ckpt(0xa, 50);
+    c.handle_message(t(700), &vote(&k.v1, 1, 50, h, false));
+    c.handle_message(t(701), &vote(&k.v2, 1, 50, h, false));
+    let outs = drain(&mut c);
+    assert!(matches!(
+        &txs(&outs)[..],
+        [(_, ChainTx::RejectCheckpoint { step: 50, .. })]
+    ));
+    c.handle_input(t(800), rejected(1, 50, h, &k.a));
+    c.handle_input(t(800), epoch_ended(1, EpochEndReason::Rejected));
+    let outs = drain(&mut c);
+    assert_eq!(txs(&outs).len(), 1, "one reassignment despite two events");
+    assert_eq!(assign_of(&outs), Some(k.p.address()));
+    assert!(c.reputation().is_banned(&k.a.address()));
+}
+
+#[test]
+fn released_epoch_is_reassigned() {
+    let k = keys();
+    let mut c = running(&k);
+    c.handle_input(t(800), epoch_ended(1, EpochEndReason::Released));
+    assert_eq!(assign_of(&drain(&mut c)), Some(k.p.address()));
+    // A replaced epoch (our own assign) does not trigger another assignment.
+    c.handle_input(t(900), assigned(2, &k.p, 0, Hash::ZERO));
+    c.handle_input(t(900), epoch_ended(1, EpochEndReason::Replaced));
+    assert!(txs(&drain(&mut c)).is_empty());
+}
+
+#[test]
+fn last_step_accepted_finishes_and_completion_unsubscribes() {
+    let k = keys();
+    let mut c = running(&k);
+    c.handle_input(t(900), accepted(1, 400, ckpt(0xa, 400), &k.a));
+    assert_eq!(c.job_status(job()).unwrap().phase, Phase::Finished);
+    assert_eq!(c.poll_timeout(), None, "no detector once done");
+    c.handle_input(
+        t(901),
+        chain(gpuchain_protocol::chain::ChainEvent::JobCompleted {
+            job_id: job(),
+            refund: U256::from(1),
+        }),
+    );
+    assert!(drain(&mut c).contains(&Output::Unsubscribe {
+        topic: job_topic(job())
+    }));
+    c.handle_timeout(t(100_000));
+    assert!(txs(&drain(&mut c)).is_empty());
+}
+
+#[test]
+fn restarted_client_rebuilds_from_chain_history() {
+    let k = keys();
+    let history = vec![
+        (BLOCK_TIME, job_created(&k)),
+        (
+            BLOCK_TIME,
+            gpuchain_protocol::chain::ChainEvent::ProviderAssigned {
+                job_id: job(),
+                epoch: 1,
+                provider: k.a.address(),
+                price_per_step: U256::from(1000),
+                start_step: 0,
+                start_checkpoint: Hash::ZERO,
+            },
+        ),
+        (
+            BLOCK_TIME,
+            gpuchain_protocol::chain::ChainEvent::CheckpointAccepted {
+                job_id: job(),
+                epoch: 1,
+                step: 50,
+                checkpoint_hash: ckpt(0xa, 50),
+                provider: k.a.address(),
+                amount: U256::from(50_000),
+            },
+        ),
+    ];
+    let mut c = Client::restore(
+        ClientConfig::new(domain()),
+        k.client.clone(),
+        [spec()],
+        history,
+        t(5000),
+    );
+    let outs = drain(&mut c);
+    assert_eq!(
+        outs,
+        vec![Output::Subscribe {
+            topic: job_topic(job())
+        }],
+        "history is not replayed outward"
+    );
+    let s = c.job_status(job()).unwrap();
+    assert_eq!(
+        (s.phase, s.epoch, s.provider, s.last_accepted),
+        (Phase::Running, 1, Some(k.a.address()), 50)
+    );
+    // Detection re-armed from the restart, and the job carries on: heartbeats and a quorum.
+    assert_eq!(c.poll_timeout(), Some(t(5250)));
+    assert_eq!(
+        c.handle_message(t(5100), &heartbeat(&k.a, 1, 40, 80)),
+        Verdict::Accept
+    );
+    let h = ckpt(0xa, 100);
+    c.handle_message(t(5110), &vote(&k.v1, 1, 100, h, true));
+    c.handle_message(t(5120), &vote(&k.v2, 1, 100, h, true));
+    assert!(matches!(
+        &txs(&drain(&mut c))[..],
+        [(_, ChainTx::AcceptCheckpoint { step: 100, .. })]
+    ));
+    // A restart before any assignment re-offers.
+    let mut fresh = Client::restore(
+        ClientConfig::new(domain()),
+        k.client.clone(),
+        [spec()],
+        [(BLOCK_TIME, job_created(&k))],
+        t(10),
+    );
+    let outs = drain(&mut fresh);
+    assert!(
+        published(&outs)
+            .iter()
+            .any(|m| matches!(m, Message::JobOffer(o) if o.next_epoch == 1))
+    );
+}
+
+#[test]
+fn votes_off_the_checkpoint_grid_are_rejected() {
+    let k = keys();
+    let mut c = running(&k);
+    assert_eq!(
+        c.handle_message(t(700), &vote(&k.v1, 1, 49, ckpt(0xa, 49), true)),
+        Verdict::Reject(RejectReason::InvalidCheckpointStep)
+    );
+    assert_eq!(
+        c.handle_message(t(700), &vote(&k.v1, 1, 450, ckpt(0xa, 450), true)),
+        Verdict::Reject(RejectReason::InvalidCheckpointStep)
+    );
+}
+
+#[test]
+fn a_repeated_assignment_event_does_not_reopen_heartbeat_replays() {
+    let k = keys();
+    let mut c = running(&k);
+    assert_eq!(
+        c.handle_message(t(700), &heartbeat(&k.a, 1, 5, 5)),
+        Verdict::Accept
+    );
+    c.handle_input(t(710), assigned(1, &k.a, 0, Hash::ZERO));
+    assert_eq!(
+        c.handle_message(t(720), &heartbeat(&k.a, 1, 4, 4)),
+        Verdict::Ignore(IgnoreReason::Replayed)
+    );
+}
+
+#[test]
+fn rejection_keeps_the_provider_out_whatever_the_event_order() {
+    let k = keys();
+    let mut c = running(&k);
+    // A standby bid from A itself for the next epoch must not be picked after its rejection.
+    c.handle_message(t(650), &bid(&k.a, 2, 1, 8));
+    c.handle_input(t(800), epoch_ended(1, EpochEndReason::Rejected));
+    assert_eq!(assign_of(&drain(&mut c)), Some(k.p.address()));
+    assert!(
+        c.job_status(job())
+            .unwrap()
+            .excluded
+            .contains(&k.a.address())
+    );
+}
+
+#[test]
+fn an_assign_that_never_confirms_is_given_up_for_the_next_bid() {
+    let k = keys();
+    let mut c = created(&k);
+    c.handle_message(t(1), &bid(&k.a, 1, 1000, 8));
+    c.handle_message(t(1), &bid(&k.b, 1, 3000, 8));
+    c.handle_timeout(t(500));
+    assert_eq!(assign_of(&drain(&mut c)), Some(k.a.address()));
+    assert_eq!(c.poll_timeout(), Some(t(30_500)));
+    c.handle_timeout(t(30_500));
+    assert_eq!(assign_of(&drain(&mut c)), Some(k.b.address()));
+    // The first one landing late is adopted: the chain is the authority.
+    c.handle_input(t(30_600), assigned(1, &k.a, 0, Hash::ZERO));
+    let s = c.job_status(job()).unwrap();
+    assert_eq!((s.phase, s.provider), (Phase::Running, Some(k.a.address())));
+}

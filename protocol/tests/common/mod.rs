@@ -1,0 +1,263 @@
+//! Shared fixtures for the role tests: keys, the demo job, and message/event builders.
+#![allow(dead_code)]
+
+use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
+use gpuchain_protocol::eip712::EscrowDomain;
+use gpuchain_protocol::messages::state_root;
+use gpuchain_protocol::signing::{Sig65, SigningKey};
+use gpuchain_protocol::spec::JobSpec;
+use gpuchain_protocol::wire::*;
+use gpuchain_protocol::{Address, Hash, Input, Notice, Output, StateMachine, Time, U256};
+
+pub const BLOCK_TIME: u64 = 1_000_000;
+pub const MAX_PRICE: u64 = 5000;
+
+pub fn domain() -> EscrowDomain {
+    EscrowDomain {
+        chain_id: 31337,
+        escrow: Address::repeat_byte(0xee),
+    }
+}
+
+pub fn job() -> U256 {
+    U256::from(1)
+}
+
+pub fn t(ms: u64) -> Time {
+    Time::from_millis(ms)
+}
+
+pub fn spec() -> JobSpec {
+    JobSpec::fashion_cnn_demo(
+        Hash::repeat_byte(0x10),
+        Hash::repeat_byte(0x11),
+        Hash::repeat_byte(0x12),
+    )
+}
+
+pub struct Keys {
+    pub client: SigningKey,
+    pub a: SigningKey,
+    pub p: SigningKey,
+    pub b: SigningKey,
+    pub v1: SigningKey,
+    pub v2: SigningKey,
+    pub outsider: SigningKey,
+}
+
+pub fn keys() -> Keys {
+    Keys {
+        client: SigningKey::from_seed(100),
+        a: SigningKey::from_seed(101),
+        p: SigningKey::from_seed(102),
+        b: SigningKey::from_seed(103),
+        v1: SigningKey::from_seed(104),
+        v2: SigningKey::from_seed(105),
+        outsider: SigningKey::from_seed(106),
+    }
+}
+
+pub fn gpu(memory_gib: u64) -> Hardware {
+    Hardware {
+        device: DeviceKind::Cuda,
+        memory_bytes: memory_gib << 30,
+    }
+}
+
+pub fn job_created(k: &Keys) -> ChainEvent {
+    let spec = spec();
+    ChainEvent::JobCreated {
+        job_id: job(),
+        client: k.client.address(),
+        token: Address::repeat_byte(0x5d),
+        budget: U256::from(5_000_000u64),
+        max_price_per_step: U256::from(MAX_PRICE),
+        total_steps: spec.total_steps,
+        checkpoint_interval: spec.checkpoint_interval,
+        spec_hash: spec.spec_hash(),
+        verifiers: vec![k.v1.address(), k.v2.address()],
+        quorum: 2,
+        deadline: BLOCK_TIME + 3600,
+        grace: 600,
+    }
+}
+
+pub fn chain(event: ChainEvent) -> Input {
+    Input::Chain {
+        block_time: BLOCK_TIME,
+        event,
+    }
+}
+
+pub fn assigned(
+    epoch: u64,
+    provider: &SigningKey,
+    start_step: u64,
+    start_checkpoint: Hash,
+) -> Input {
+    chain(ChainEvent::ProviderAssigned {
+        job_id: job(),
+        epoch,
+        provider: provider.address(),
+        price_per_step: U256::from(1000),
+        start_step,
+        start_checkpoint,
+    })
+}
+
+pub fn accepted(epoch: u64, step: u64, hash: Hash, provider: &SigningKey) -> Input {
+    chain(ChainEvent::CheckpointAccepted {
+        job_id: job(),
+        epoch,
+        step,
+        checkpoint_hash: hash,
+        provider: provider.address(),
+        amount: U256::from(50_000),
+    })
+}
+
+pub fn rejected(epoch: u64, step: u64, hash: Hash, provider: &SigningKey) -> Input {
+    chain(ChainEvent::CheckpointRejected {
+        job_id: job(),
+        epoch,
+        step,
+        checkpoint_hash: hash,
+        provider: provider.address(),
+        slashed: U256::from(1),
+    })
+}
+
+pub fn epoch_ended(epoch: u64, reason: EpochEndReason) -> Input {
+    chain(ChainEvent::EpochEnded {
+        job_id: job(),
+        epoch,
+        reason,
+    })
+}
+
+pub fn offer(k: &Keys, next_epoch: u64) -> Message {
+    Message::JobOffer(
+        JobOffer {
+            job_id: job(),
+            client: Address::ZERO,
+            next_epoch,
+            spec: spec(),
+            max_price_per_step: U256::from(MAX_PRICE),
+            verifiers: vec![k.v1.address(), k.v2.address()],
+            quorum: 2,
+            signature: Sig65::ZERO,
+        }
+        .sign(&k.client),
+    )
+}
+
+pub fn bid(key: &SigningKey, epoch: u64, price: u64, memory_gib: u64) -> Message {
+    Message::Bid(
+        Bid {
+            job_id: job(),
+            epoch,
+            provider: Address::ZERO,
+            price_per_step: U256::from(price),
+            expiry: BLOCK_TIME + 600,
+            hardware: gpu(memory_gib),
+            signature: Sig65::ZERO,
+        }
+        .sign(&domain(), key),
+    )
+}
+
+pub fn heartbeat(key: &SigningKey, epoch: u64, seq: u64, step: u64) -> Message {
+    Message::Heartbeat(
+        Heartbeat {
+            job_id: job(),
+            epoch,
+            provider: Address::ZERO,
+            seq,
+            step,
+            loss: 0.5,
+            signature: Sig65::ZERO,
+        }
+        .sign(key),
+    )
+}
+
+/// Deterministic stand-in for the trainer's per-step state hashes.
+pub fn state_hash(tag: u8, step: u64) -> Hash {
+    let mut bytes = [tag; 32];
+    bytes[..8].copy_from_slice(&step.to_le_bytes());
+    Hash::from(bytes)
+}
+
+pub fn states(tag: u8, parent: u64, step: u64) -> Vec<Hash> {
+    (parent..=step).map(|s| state_hash(tag, s)).collect()
+}
+
+pub fn ckpt(tag: u8, step: u64) -> Hash {
+    let mut bytes = [tag; 32];
+    bytes[24..].copy_from_slice(&step.to_be_bytes());
+    Hash::from(bytes)
+}
+
+pub fn announce(key: &SigningKey, epoch: u64, parent: u64, step: u64, tag: u8) -> Message {
+    let hashes = states(tag, parent, step);
+    Message::CheckpointAnnounce(
+        CheckpointAnnounce {
+            job_id: job(),
+            epoch,
+            provider: Address::ZERO,
+            parent_step: parent,
+            step,
+            checkpoint_hash: ckpt(tag, step),
+            state_root: state_root(&hashes),
+            state_hashes: hashes,
+            signature: Sig65::ZERO,
+        }
+        .sign(key),
+    )
+}
+
+pub fn vote(key: &SigningKey, epoch: u64, step: u64, hash: Hash, accept: bool) -> Message {
+    Message::Vote(
+        Vote {
+            job_id: job(),
+            epoch,
+            step,
+            checkpoint_hash: hash,
+            accept,
+            verifier: Address::ZERO,
+            signature: Sig65::ZERO,
+        }
+        .sign(&domain(), key),
+    )
+}
+
+pub fn drain(m: &mut impl StateMachine) -> Vec<Output> {
+    std::iter::from_fn(|| m.poll_output()).collect()
+}
+
+pub fn published(outs: &[Output]) -> Vec<Message> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::Publish { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn txs(outs: &[Output]) -> Vec<(TxId, ChainTx)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::SubmitTx { id, tx } => Some((*id, tx.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn notices(outs: &[Output]) -> Vec<Notice> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::Notice(n) => Some(n.clone()),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,336 @@
+//! One test per provider transition: bidding, assignment, heartbeats, checkpoints, fencing,
+//! refusal and completion.
+// Test code: a broken fixture should fail loudly where it is read.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use gpuchain_protocol::chain::{ChainEvent, EpochEndReason};
+use gpuchain_protocol::io::Output;
+use gpuchain_protocol::signing::SigningKey;
+use gpuchain_protocol::topics::job_topic;
+use gpuchain_protocol::wire::Message;
+use gpuchain_protocol::{
+    Hash, IgnoreReason, Input, Notice, Provider, ProviderConfig, RejectReason, StateMachine, U256,
+    Verdict,
+};
+
+fn provider(key: &SigningKey, price: u64, memory_gib: u64) -> Provider {
+    Provider::new(
+        ProviderConfig::new(domain(), gpu(memory_gib), U256::from(price)),
+        key.clone(),
+    )
+}
+
+fn bids(outs: &[Output]) -> Vec<(u64, U256)> {
+    published(outs)
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::Bid(b) => Some((b.epoch, b.price_per_step)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Provider A assigned epoch 1 from step 0.
+fn training(k: &Keys) -> Provider {
+    let mut p = provider(&k.a, 1000, 8);
+    p.handle_input(t(0), chain(job_created(k)));
+    p.handle_message(t(1), &offer(k, 1));
+    p.handle_input(t(100), assigned(1, &k.a, 0, Hash::ZERO));
+    drain(&mut p);
+    p
+}
+
+#[test]
+fn bids_on_fitting_offers_only() {
+    let k = keys();
+    let mut fits = provider(&k.a, 1000, 8);
+    fits.handle_input(t(0), chain(job_created(&k)));
+    assert_eq!(fits.handle_message(t(1), &offer(&k, 1)), Verdict::Accept);
+    let outs = drain(&mut fits);
+    assert_eq!(bids(&outs), vec![(1, U256::from(1000))]);
+    let Message::Bid(b) = &published(&outs)[0] else {
+        unreachable!()
+    };
+    assert_eq!(b.check_signature(&domain()), Ok(()));
+    assert_eq!(b.expiry, BLOCK_TIME + 600);
+    // The same offer again does not produce a second bid.
+    fits.handle_message(t(2), &offer(&k, 1));
+    assert!(bids(&drain(&mut fits)).is_empty());
+
+    let mut small = provider(&k.b, 1000, 0);
+    assert_eq!(
+        small.handle_message(t(1), &offer(&k, 1)),
+        Verdict::Accept,
+        "relayed, not bid on"
+    );
+    assert!(bids(&drain(&mut small)).is_empty());
+    let mut dear = provider(&k.b, MAX_PRICE + 1, 8);
+    dear.handle_message(t(1), &offer(&k, 1));
+    assert!(bids(&drain(&mut dear)).is_empty());
+}
+
+#[test]
+fn offers_that_contradict_the_chain_are_rejected_and_stale_ones_ignored() {
+    let k = keys();
+    let mut p = provider(&k.a, 1000, 8);
+    p.handle_input(t(0), chain(job_created(&k)));
+    let Message::JobOffer(mut o) = offer(&k, 1) else {
+        unreachable!()
+    };
+    o.spec.seed += 1;
+    let forged = o.sign(&k.client);
+    assert_eq!(
+        p.handle_message(t(1), &Message::JobOffer(forged)),
+        Verdict::Reject(RejectReason::OfferMismatch)
+    );
+    p.handle_input(t(2), assigned(1, &k.b, 0, Hash::ZERO));
+    assert_eq!(
+        p.handle_message(t(3), &offer(&k, 1)),
+        Verdict::Ignore(IgnoreReason::StaleEpoch)
+    );
+}
+
+#[test]
+fn assignment_starts_training_and_heartbeats_at_once() {
+    let k = keys();
+    let mut p = provider(&k.a, 1000, 8);
+    p.handle_input(t(0), chain(job_created(&k)));
+    p.handle_message(t(1), &offer(&k, 1));
+    drain(&mut p);
+    p.handle_input(t(100), assigned(1, &k.a, 0, Hash::ZERO));
+    let outs = drain(&mut p);
+    assert!(outs.contains(&Output::StartTraining {
+        job_id: job(),
+        epoch: 1,
+        spec_hash: spec().spec_hash(),
+        from_step: 0,
+        from_checkpoint: Hash::ZERO,
+        until_step: 400,
+        checkpoint_interval: 50,
+    }));
+    assert!(outs.contains(&Output::Subscribe {
+        topic: job_topic(job())
+    }));
+    assert!(matches!(&published(&outs)[..], [Message::Heartbeat(h)] if h.seq == 1 && h.epoch == 1));
+    assert_eq!(p.poll_timeout(), Some(t(200)));
+}
+
+#[test]
+fn heartbeats_follow_the_period_and_report_progress() {
+    let k = keys();
+    let mut p = training(&k);
+    p.handle_input(
+        t(150),
+        Input::StepDone {
+            job_id: job(),
+            epoch: 1,
+            step: 1,
+            loss: 2.3,
+        },
+    );
+    p.handle_timeout(t(199));
+    assert!(drain(&mut p).is_empty());
+    p.handle_timeout(t(200));
+    let outs = drain(&mut p);
+    let [Message::Heartbeat(h)] = &published(&outs)[..] else {
+        panic!("{outs:?}")
+    };
+    assert_eq!((h.seq, h.step, h.loss), (2, 1, 2.3));
+    assert_eq!(h.check_signature(), Ok(()));
+    // A result from another epoch does not leak into the heartbeat.
+    p.handle_input(
+        t(210),
+        Input::StepDone {
+            job_id: job(),
+            epoch: 7,
+            step: 99,
+            loss: 0.0,
+        },
+    );
+    p.handle_timeout(t(300));
+    let [Message::Heartbeat(h)] = &published(&drain(&mut p))[..] else {
+        panic!()
+    };
+    assert_eq!((h.seq, h.step), (3, 1));
+}
+
+#[test]
+fn checkpoints_are_announced_with_their_parent_and_commitment() {
+    let k = keys();
+    let mut p = training(&k);
+    p.handle_input(
+        t(200),
+        Input::CheckpointReady {
+            job_id: job(),
+            epoch: 1,
+            step: 50,
+            checkpoint_hash: ckpt(0xa, 50),
+            state_hashes: states(0xa, 0, 50),
+        },
+    );
+    p.handle_input(
+        t(300),
+        Input::CheckpointReady {
+            job_id: job(),
+            epoch: 1,
+            step: 100,
+            checkpoint_hash: ckpt(0xa, 100),
+            state_hashes: states(0xa, 50, 100),
+        },
+    );
+    let anns: Vec<_> = published(&drain(&mut p))
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::CheckpointAnnounce(a) => Some(a),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(anns.len(), 2);
+    assert_eq!((anns[0].parent_step, anns[0].step), (0, 50));
+    assert_eq!((anns[1].parent_step, anns[1].step), (50, 100));
+    assert!(
+        anns.iter()
+            .all(|a| a.commitment_is_consistent() && a.check_signature().is_ok())
+    );
+}
+
+#[test]
+fn inconsistent_trainer_output_is_not_announced() {
+    let k = keys();
+    let mut p = training(&k);
+    p.handle_input(
+        t(200),
+        Input::CheckpointReady {
+            job_id: job(),
+            epoch: 1,
+            step: 50,
+            checkpoint_hash: ckpt(0xa, 50),
+            state_hashes: states(0xa, 0, 40),
+        },
+    );
+    let outs = drain(&mut p);
+    assert!(published(&outs).is_empty());
+    assert!(notices(&outs).contains(&Notice::TrainerInconsistent {
+        job_id: job(),
+        epoch: 1,
+        step: 50
+    }));
+}
+
+#[test]
+fn fenced_by_a_new_epoch_stops_and_goes_quiet() {
+    let k = keys();
+    let mut p = training(&k);
+    p.handle_input(t(300), assigned(2, &k.b, 0, Hash::ZERO));
+    let outs = drain(&mut p);
+    assert!(outs.contains(&Output::StopTraining {
+        job_id: job(),
+        epoch: 1
+    }));
+    assert!(notices(&outs).contains(&Notice::Fenced {
+        job_id: job(),
+        epoch: 1
+    }));
+    assert_eq!(p.poll_timeout(), None, "no more heartbeats");
+    // A checkpoint of the fenced epoch finishing late is not announced.
+    p.handle_input(
+        t(310),
+        Input::CheckpointReady {
+            job_id: job(),
+            epoch: 1,
+            step: 50,
+            checkpoint_hash: ckpt(0xa, 50),
+            state_hashes: states(0xa, 0, 50),
+        },
+    );
+    assert!(
+        published(&drain(&mut p))
+            .iter()
+            .all(|m| !matches!(m, Message::CheckpointAnnounce(_)))
+    );
+}
+
+#[test]
+fn epoch_end_and_rejection_stop_training() {
+    let k = keys();
+    let mut p = training(&k);
+    p.handle_input(t(300), rejected(1, 50, ckpt(0xa, 50), &k.a));
+    assert!(drain(&mut p).contains(&Output::StopTraining {
+        job_id: job(),
+        epoch: 1
+    }));
+    let mut p = training(&k);
+    p.handle_input(t(300), epoch_ended(1, EpochEndReason::Released));
+    assert!(drain(&mut p).contains(&Output::StopTraining {
+        job_id: job(),
+        epoch: 1
+    }));
+    p.handle_input(t(301), epoch_ended(1, EpochEndReason::Released));
+    assert!(
+        drain(&mut p)
+            .iter()
+            .all(|o| !matches!(o, Output::StopTraining { .. })),
+        "idempotent"
+    );
+}
+
+#[test]
+fn unassigned_provider_keeps_a_standby_bid_for_the_next_epoch() {
+    let k = keys();
+    let mut b = provider(&k.b, 3000, 8);
+    b.handle_input(t(0), chain(job_created(&k)));
+    b.handle_message(t(1), &offer(&k, 1));
+    drain(&mut b);
+    b.handle_input(t(100), assigned(1, &k.a, 0, Hash::ZERO));
+    assert_eq!(bids(&drain(&mut b)), vec![(2, U256::from(3000))]);
+    b.handle_input(t(200), assigned(2, &k.p, 150, ckpt(0xa, 150)));
+    assert_eq!(bids(&drain(&mut b)), vec![(3, U256::from(3000))]);
+}
+
+#[test]
+fn completion_stops_and_a_failed_trainer_goes_silent() {
+    let k = keys();
+    let mut p = training(&k);
+    p.handle_input(
+        t(300),
+        chain(ChainEvent::JobCompleted {
+            job_id: job(),
+            refund: U256::ZERO,
+        }),
+    );
+    let outs = drain(&mut p);
+    assert!(outs.contains(&Output::StopTraining {
+        job_id: job(),
+        epoch: 1
+    }));
+    assert!(outs.contains(&Output::Unsubscribe {
+        topic: job_topic(job())
+    }));
+    let mut p = training(&k);
+    p.handle_input(
+        t(300),
+        Input::TrainingFailed {
+            job_id: job(),
+            epoch: 1,
+            reason: "oom".into(),
+        },
+    );
+    drain(&mut p);
+    assert_eq!(p.poll_timeout(), None);
+}
+
+#[test]
+fn offers_are_bid_on_only_once_the_chain_confirms_the_job() {
+    let k = keys();
+    let mut p = provider(&k.a, 1000, 8);
+    assert_eq!(p.handle_message(t(1), &offer(&k, 1)), Verdict::Accept);
+    assert!(
+        bids(&drain(&mut p)).is_empty(),
+        "anyone can sign an offer for a job that does not exist"
+    );
+    p.handle_input(t(2), chain(job_created(&k)));
+    assert_eq!(bids(&drain(&mut p)), vec![(1, U256::from(1000))]);
+}

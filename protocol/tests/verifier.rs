@@ -1,0 +1,395 @@
+//! One test per verifier transition: fetching, quality test, spot check, voting, ordering,
+//! refusals and epoch changes.
+// Test code: a broken fixture should fail loudly where it is read.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use gpuchain_protocol::chain::EpochEndReason;
+use gpuchain_protocol::eip712::VoteFields;
+use gpuchain_protocol::io::{Output, QualityReport, SpotStep};
+use gpuchain_protocol::signing::SigningKey;
+use gpuchain_protocol::verifier::spot_check_steps;
+use gpuchain_protocol::wire::{Message, Vote};
+use gpuchain_protocol::{
+    Hash, IgnoreReason, Input, RejectReason, StateMachine, Verdict, Verifier, VerifierConfig,
+};
+
+fn verifier(key: &SigningKey, k: &Keys) -> Verifier {
+    let mut v = Verifier::new(VerifierConfig::new(domain(), 42), key.clone());
+    v.handle_input(t(0), chain(job_created(k)));
+    v.handle_input(t(0), assigned(1, &k.a, 0, Hash::ZERO));
+    drain(&mut v);
+    v
+}
+
+fn votes(outs: &[Output]) -> Vec<Vote> {
+    published(outs)
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::Vote(v) => Some(v),
+            _ => None,
+        })
+        .collect()
+}
+
+fn quality(step: u64, tag: u8, pass: bool) -> Input {
+    Input::QualityResult {
+        job_id: job(),
+        epoch: 1,
+        step,
+        checkpoint_hash: ckpt(tag, step),
+        report: QualityReport {
+            pass,
+            accuracy: 0.8,
+            loss: 0.5,
+        },
+    }
+}
+
+fn spot(step: u64, tag: u8, pass: bool) -> Input {
+    Input::SpotCheckResult {
+        job_id: job(),
+        epoch: 1,
+        step,
+        checkpoint_hash: ckpt(tag, step),
+        pass,
+    }
+}
+
+#[test]
+fn only_listed_verifiers_track_a_job() {
+    let k = keys();
+    let mut v = Verifier::new(VerifierConfig::new(domain(), 1), k.outsider.clone());
+    v.handle_input(t(0), chain(job_created(&k)));
+    assert!(drain(&mut v).is_empty());
+    assert_eq!(
+        v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa)),
+        Verdict::Accept,
+        "relayed"
+    );
+    assert!(drain(&mut v).is_empty());
+}
+
+#[test]
+fn passing_checkpoint_is_fetched_tested_and_voted_accept() {
+    let k = keys();
+    let mut v = verifier(&k.v1, &k);
+    assert_eq!(
+        v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa)),
+        Verdict::Accept
+    );
+    assert_eq!(
+        drain(&mut v),
+        vec![Output::FetchBlob {
+            hash: ckpt(0xa, 50),
+            from: Some(k.a.address())
+        }]
+    );
+    v.handle_input(
+        t(2),
+        Input::BlobFetched {
+            hash: ckpt(0xa, 50),
+            ok: true,
+        },
+    );
+    let outs = drain(&mut v);
+    assert!(outs.contains(&Output::RunQualityTest {
+        job_id: job(),
+        epoch: 1,
+        step: 50,
+        checkpoint_hash: ckpt(0xa, 50),
+        baseline: Hash::ZERO,
+        baseline_step: 0,
+    }));
+    let steps = outs.iter().find_map(|o| match o {
+        Output::RunSpotCheck { steps, .. } => Some(steps.clone()),
+        _ => None,
+    });
+    let steps = steps.expect("a spot check");
+    assert_eq!(steps.len(), 2, "the spec asks for two steps");
+    for s in &steps {
+        assert_eq!(
+            *s,
+            SpotStep {
+                step: s.step,
+                before: state_hash(0xa, s.step - 1),
+                after: state_hash(0xa, s.step)
+            }
+        );
+    }
+    v.handle_input(t(3), quality(50, 0xa, true));
+    assert!(votes(&drain(&mut v)).is_empty(), "waits for the spot check");
+    v.handle_input(t(4), spot(50, 0xa, true));
+    let vs = votes(&drain(&mut v));
+    assert_eq!(vs.len(), 1);
+    assert!(vs[0].accept);
+    assert_eq!(
+        VoteFields::recover(&vs[0].fields(), &domain(), &vs[0].signature),
+        Ok(k.v1.address())
+    );
+    assert_eq!(v.head(job()), Some((50, ckpt(0xa, 50))));
+}
+
+#[test]
+fn failed_quality_test_votes_reject_without_waiting() {
+    let k = keys();
+    let mut v = verifier(&k.v1, &k);
+    v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa));
+    v.handle_input(
+        t(2),
+        Input::BlobFetched {
+            hash: ckpt(0xa, 50),
+            ok: true,
+        },
+    );
+    drain(&mut v);
+    v.handle_input(t(3), quality(50, 0xa, false));
+    let vs = votes(&drain(&mut v));
+    assert_eq!(vs.iter().map(|v| v.accept).collect::<Vec<_>>(), vec![false]);
+    assert_eq!(v.head(job()), Some((0, Hash::ZERO)));
+    // The spot check's late result changes nothing.
+    v.handle_input(t(4), spot(50, 0xa, true));
+    assert!(votes(&drain(&mut v)).is_empty());
+}
+
+#[test]
+fn non_finite_metrics_fail_and_spot_check_failure_rejects() {
+    let k = keys();
+    let mut v = verifier(&k.v1, &k);
+    v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa));
+    v.handle_input(
+        t(2),
+        Input::BlobFetched {
+            hash: ckpt(0xa, 50),
+            ok: true,
+        },
+    );
+    v.handle_input(
+        t(3),
+        Input::QualityResult {
+            job_id: job(),
+            epoch: 1,
+            step: 50,
+            checkpoint_hash: ckpt(0xa, 50),
+            report: QualityReport {
+                pass: true,
+                accuracy: f64::NAN,
+                loss: 0.1,
+            },
+        },
+    );
+    assert_eq!(
+        votes(&drain(&mut v))
+            .iter()
+            .map(|v| v.accept)
+            .collect::<Vec<_>>(),
+        vec![false]
+    );
+
+    let mut v = verifier(&k.v2, &k);
+    v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa));
+    v.handle_input(
+        t(2),
+        Input::BlobFetched {
+            hash: ckpt(0xa, 50),
+            ok: true,
+        },
+    );
+    v.handle_input(t(3), spot(50, 0xa, false));
+    assert_eq!(
+        votes(&drain(&mut v))
+            .iter()
+            .map(|v| v.accept)
+            .collect::<Vec<_>>(),
+        vec![false]
+    );
+}
+
+#[test]
+fn unavailable_checkpoint_is_retried_then_rejected() {
+    let k = keys();
+    let mut v = verifier(&k.v1, &k);
+    v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa));
+    drain(&mut v);
+    for attempt in 1..3 {
+        v.handle_input(
+            t(2),
+            Input::BlobFetched {
+                hash: ckpt(0xa, 50),
+                ok: false,
+            },
+        );
+        let outs = drain(&mut v);
+        assert!(
+            outs.contains(&Output::FetchBlob {
+                hash: ckpt(0xa, 50),
+                from: Some(k.a.address())
+            }),
+            "retry {attempt}"
+        );
+    }
+    v.handle_input(
+        t(3),
+        Input::BlobFetched {
+            hash: ckpt(0xa, 50),
+            ok: false,
+        },
+    );
+    assert_eq!(
+        votes(&drain(&mut v))
+            .iter()
+            .map(|v| v.accept)
+            .collect::<Vec<_>>(),
+        vec![false]
+    );
+}
+
+#[test]
+fn checkpoints_are_checked_in_order_against_the_previous_one() {
+    let k = keys();
+    let mut v = verifier(&k.v1, &k);
+    // 100 arrives before 50: it waits.
+    assert_eq!(
+        v.handle_message(t(1), &announce(&k.a, 1, 50, 100, 0xa)),
+        Verdict::Accept
+    );
+    assert!(drain(&mut v).is_empty());
+    v.handle_message(t(2), &announce(&k.a, 1, 0, 50, 0xa));
+    assert_eq!(
+        drain(&mut v),
+        vec![Output::FetchBlob {
+            hash: ckpt(0xa, 50),
+            from: Some(k.a.address())
+        }]
+    );
+    v.handle_input(
+        t(3),
+        Input::BlobFetched {
+            hash: ckpt(0xa, 50),
+            ok: true,
+        },
+    );
+    v.handle_input(t(4), quality(50, 0xa, true));
+    v.handle_input(t(5), spot(50, 0xa, true));
+    let outs = drain(&mut v);
+    assert_eq!(votes(&outs).len(), 1);
+    assert!(outs.contains(&Output::FetchBlob {
+        hash: ckpt(0xa, 100),
+        from: Some(k.a.address())
+    }));
+    v.handle_input(
+        t(6),
+        Input::BlobFetched {
+            hash: ckpt(0xa, 100),
+            ok: true,
+        },
+    );
+    assert!(drain(&mut v).iter().any(|o| matches!(o, Output::RunQualityTest { baseline, baseline_step: 50, .. } if *baseline == ckpt(0xa, 50))));
+}
+
+#[test]
+fn announcements_are_screened() {
+    let k = keys();
+    let mut v = verifier(&k.v1, &k);
+    assert_eq!(
+        v.handle_message(t(1), &announce(&k.b, 1, 0, 50, 0xb)),
+        Verdict::Reject(RejectReason::NotAssignedProvider)
+    );
+    assert_eq!(
+        v.handle_message(t(1), &announce(&k.a, 0, 0, 50, 0xa)),
+        Verdict::Ignore(IgnoreReason::StaleEpoch)
+    );
+    assert_eq!(
+        v.handle_message(t(1), &announce(&k.a, 2, 0, 50, 0xa)),
+        Verdict::Ignore(IgnoreReason::FutureEpoch)
+    );
+    assert_eq!(
+        v.handle_message(t(1), &announce(&k.a, 1, 0, 49, 0xa)),
+        Verdict::Reject(RejectReason::InvalidCheckpointStep)
+    );
+    assert_eq!(
+        v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa)),
+        Verdict::Accept
+    );
+    assert_eq!(
+        v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa)),
+        Verdict::Ignore(IgnoreReason::Duplicate)
+    );
+    // Votes from outside the job's verifier set are invalid for everyone who knows the set.
+    let h = ckpt(0xa, 50);
+    assert_eq!(
+        v.handle_message(t(1), &vote(&k.outsider, 1, 50, h, true)),
+        Verdict::Reject(RejectReason::NotListedVerifier)
+    );
+    assert_eq!(
+        v.handle_message(t(1), &vote(&k.v2, 1, 50, h, true)),
+        Verdict::Accept
+    );
+}
+
+#[test]
+fn new_epoch_resets_to_the_chain_and_drops_stale_results() {
+    let k = keys();
+    let mut v = verifier(&k.v1, &k);
+    v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa));
+    v.handle_input(
+        t(2),
+        Input::BlobFetched {
+            hash: ckpt(0xa, 50),
+            ok: true,
+        },
+    );
+    drain(&mut v);
+    v.handle_input(t(3), epoch_ended(1, EpochEndReason::Released));
+    v.handle_input(t(3), assigned(2, &k.b, 0, Hash::ZERO));
+    v.handle_input(t(4), quality(50, 0xa, true));
+    v.handle_input(t(4), spot(50, 0xa, true));
+    assert!(
+        votes(&drain(&mut v)).is_empty(),
+        "results for a fenced epoch are dropped"
+    );
+    assert_eq!(
+        v.handle_message(t(5), &announce(&k.a, 1, 0, 50, 0xa)),
+        Verdict::Ignore(IgnoreReason::StaleEpoch)
+    );
+    assert_eq!(
+        v.handle_message(t(5), &announce(&k.b, 2, 0, 50, 0xb)),
+        Verdict::Accept
+    );
+}
+
+#[test]
+fn chain_acceptance_moves_a_lagging_verifier_forward() {
+    let k = keys();
+    let mut v = verifier(&k.v1, &k);
+    v.handle_message(t(1), &announce(&k.a, 1, 50, 100, 0xa));
+    assert!(drain(&mut v).is_empty());
+    v.handle_input(t(2), accepted(1, 50, ckpt(0xa, 50), &k.a));
+    assert_eq!(
+        drain(&mut v),
+        vec![Output::FetchBlob {
+            hash: ckpt(0xa, 100),
+            from: Some(k.a.address())
+        }]
+    );
+}
+
+#[test]
+fn spot_check_steps_are_seeded_distinct_and_in_range() {
+    let k = keys();
+    let Message::CheckpointAnnounce(a) = announce(&k.a, 1, 150, 200, 0xa) else {
+        unreachable!()
+    };
+    let s1 = spot_check_steps(7, &a, 5);
+    assert_eq!(s1, spot_check_steps(7, &a, 5), "replayable from the seed");
+    assert_eq!(s1.len(), 5);
+    assert!(s1.iter().all(|s| (151..=200).contains(s)));
+    assert_ne!(s1, spot_check_steps(8, &a, 5));
+    assert_eq!(
+        spot_check_steps(7, &a, 500).len(),
+        50,
+        "capped by the interval"
+    );
+}
