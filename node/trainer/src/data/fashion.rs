@@ -1,0 +1,171 @@
+//! Fashion-MNIST from the IDX files of Debian's `dataset-fashion-mnist` package.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+
+use super::{Batch, Dataset, Input};
+use crate::error::{Result, TrainerError};
+
+/// Where Debian's `dataset-fashion-mnist` installs the files.
+pub const DEBIAN_DIR: &str = "/usr/share/datasets/fashion-mnist";
+
+/// `GPUCHAIN_FASHION_MNIST_DIR`, else the Debian package's directory.
+pub fn fashion_dir() -> PathBuf {
+    std::env::var_os("GPUCHAIN_FASHION_MNIST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEBIAN_DIR))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    Train,
+    Test,
+}
+
+const SIDE: usize = 28;
+const PIXELS: usize = SIDE * SIDE;
+// The training set's pixel mean and standard deviation (on a 0..1 scale).
+const MEAN: f32 = 0.2860;
+const STD: f32 = 0.3530;
+
+/// Images as bytes (converted per batch, which keeps 60k images at 47 MB) and labels 0..9.
+pub struct FashionMnist {
+    images: Vec<u8>,
+    labels: Vec<u8>,
+}
+
+impl FashionMnist {
+    /// Loads a split; `limit` keeps only the first examples (the eval set is the first 2,000
+    /// test images).
+    pub fn load(dir: &Path, split: Split, limit: Option<usize>) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(TrainerError::Missing {
+                what: "Fashion-MNIST directory",
+                path: dir.to_path_buf(),
+                hint: "run scripts/setup (installs Debian's dataset-fashion-mnist) or set \
+                       GPUCHAIN_FASHION_MNIST_DIR"
+                    .into(),
+            });
+        }
+        let prefix = match split {
+            Split::Train => "train",
+            Split::Test => "t10k",
+        };
+        let img_path = dir.join(format!("{prefix}-images-idx3-ubyte.gz"));
+        let lbl_path = dir.join(format!("{prefix}-labels-idx1-ubyte.gz"));
+        let (img_dims, mut images) = read_idx(&img_path, 0x0803)?;
+        let (lbl_dims, mut labels) = read_idx(&lbl_path, 0x0801)?;
+        if img_dims.len() != 3 || img_dims[1] != SIDE || img_dims[2] != SIDE {
+            return Err(bad(
+                &img_path,
+                format!("expected N×28×28 images, found {img_dims:?}"),
+            ));
+        }
+        if lbl_dims[0] != img_dims[0] {
+            return Err(bad(
+                &lbl_path,
+                format!("{} labels for {} images", lbl_dims[0], img_dims[0]),
+            ));
+        }
+        if let Some(pos) = labels.iter().position(|&l| l > 9) {
+            return Err(bad(
+                &lbl_path,
+                format!("label {} at index {pos} is not 0..9", labels[pos]),
+            ));
+        }
+        if let Some(n) = limit {
+            let n = n.min(labels.len());
+            labels.truncate(n);
+            images.truncate(n * PIXELS);
+        }
+        Ok(Self { images, labels })
+    }
+
+    pub fn label(&self, i: usize) -> u8 {
+        self.labels[i]
+    }
+}
+
+fn bad(path: &Path, reason: String) -> TrainerError {
+    TrainerError::BadData {
+        path: path.to_path_buf(),
+        line: 0,
+        reason,
+    }
+}
+
+/// Reads a gzip-compressed IDX file of unsigned bytes: magic, big-endian dims, data.
+fn read_idx(path: &Path, magic: u32) -> Result<(Vec<usize>, Vec<u8>)> {
+    let file = std::fs::File::open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            TrainerError::Missing {
+                what: "Fashion-MNIST file",
+                path: path.to_path_buf(),
+                hint: "run scripts/setup (installs Debian's dataset-fashion-mnist)".into(),
+            }
+        } else {
+            TrainerError::io(path, e)
+        }
+    })?;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut raw)
+        .map_err(|e| TrainerError::io(path, e))?;
+    let word = |at: usize| -> Result<u32> {
+        raw.get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| bad(path, "file ends inside the IDX header".into()))
+    };
+    let found = word(0)?;
+    if found != magic {
+        return Err(bad(
+            path,
+            format!("IDX magic {found:#010x}, expected {magic:#010x}"),
+        ));
+    }
+    let rank = (magic & 0xff) as usize;
+    let dims = (0..rank)
+        .map(|k| word(4 + 4 * k).map(|d| d as usize))
+        .collect::<Result<Vec<_>>>()?;
+    let start = 4 + 4 * rank;
+    let len: usize = dims.iter().product();
+    if raw.len() != start + len {
+        return Err(bad(
+            path,
+            format!(
+                "header promises {len} bytes of data, file holds {}",
+                raw.len() - start
+            ),
+        ));
+    }
+    raw.drain(..start);
+    Ok((dims, raw))
+}
+
+impl Dataset for FashionMnist {
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    fn num_classes(&self) -> usize {
+        10
+    }
+
+    fn batch(&self, indices: &[usize], device: &Device) -> Result<Batch> {
+        super::check_indices(indices, self.len())?;
+        let mut pix = Vec::with_capacity(indices.len() * PIXELS);
+        let mut lab = Vec::with_capacity(indices.len());
+        for &i in indices {
+            let img = &self.images[i * PIXELS..(i + 1) * PIXELS];
+            pix.extend(img.iter().map(|&b| (f32::from(b) / 255.0 - MEAN) / STD));
+            lab.push(u32::from(self.labels[i]));
+        }
+        let b = indices.len();
+        Ok(Batch {
+            input: Input::Images(Tensor::from_vec(pix, (b, 1, SIDE, SIDE), device)?),
+            labels: Tensor::from_vec(lab, b, device)?,
+        })
+    }
+}

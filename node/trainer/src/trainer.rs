@@ -1,0 +1,404 @@
+//! The training loop: one optimizer step at a time, driven by the caller, recording the
+//! state hash after every step so the interval's states can be committed and served.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use candle_core::Tensor;
+
+use crate::checkpoint::{Checkpoint, CheckpointMeta, file_hash};
+use crate::data::DataOrder;
+use crate::error::{Result, TrainerError};
+use crate::job::Job;
+use crate::model::Model;
+use crate::optim::{AdamState, learning_rate};
+use crate::state::{StateHash, TrainState};
+use crate::verify::quality::{EvalReport, evaluate};
+
+/// Provider-side choices that do not change what a job computes (up to float rounding when
+/// the micro-batch differs).
+#[derive(Clone, Debug)]
+pub struct TrainerOptions {
+    /// Bytes available for activations; the largest micro-batch that fits is chosen.
+    pub memory_budget: Option<u64>,
+    /// Forces a micro-batch (a divisor of the effective batch): exact replays use the
+    /// producer's.
+    pub micro_batch: Option<usize>,
+    /// Keep a copy of every state of the current interval, to serve them for spot checks.
+    pub keep_states: bool,
+}
+
+impl Default for TrainerOptions {
+    fn default() -> Self {
+        Self {
+            memory_budget: None,
+            micro_batch: None,
+            keep_states: true,
+        }
+    }
+}
+
+/// How an effective batch is split: `accumulation` micro-batches of `micro_batch` examples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MicroBatchPlan {
+    pub micro_batch: usize,
+    pub accumulation: usize,
+    pub bytes_per_example: u64,
+}
+
+/// The largest divisor of `effective` whose activations fit in `budget` bytes.
+pub fn plan_micro_batch(
+    effective: usize,
+    bytes_per_example: u64,
+    budget: Option<u64>,
+) -> Result<MicroBatchPlan> {
+    let fits = |d: usize| budget.is_none_or(|b| d as u64 * bytes_per_example <= b);
+    let micro = (1..=effective)
+        .rev()
+        .find(|d| effective.is_multiple_of(*d) && fits(*d))
+        .ok_or_else(|| TrainerError::Spec {
+            field: "memory_budget",
+            reason: format!(
+                "{} bytes cannot hold one example (≈ {bytes_per_example} bytes of activations)",
+                budget.unwrap_or(0)
+            ),
+        })?;
+    Ok(MicroBatchPlan {
+        micro_batch: micro,
+        accumulation: effective / micro,
+        bytes_per_example,
+    })
+}
+
+/// What one step did; the node heartbeats `step` and `loss`.
+#[derive(Clone, Debug)]
+pub struct StepReport {
+    /// Steps completed, this one included.
+    pub step: u64,
+    pub loss: f32,
+    pub lr: f64,
+    pub state_hash: StateHash,
+    pub elapsed: Duration,
+}
+
+/// Why [`Trainer::train`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    Reached,
+    Cancelled,
+    CallbackBreak,
+}
+
+pub struct Trainer {
+    job: Arc<Job>,
+    model: Box<dyn Model>,
+    adam: AdamState,
+    order: DataOrder,
+    step: u64,
+    epoch: u64,
+    parent: Option<[u8; 32]>,
+    plan: MicroBatchPlan,
+    keep_states: bool,
+    interval_start: u64,
+    hashes: Vec<StateHash>,
+    states: Vec<TrainState>,
+}
+
+impl Trainer {
+    /// A job's first interval: weights from the job seed, step 0, epoch `epoch`.
+    pub fn new(job: Arc<Job>, epoch: u64, opts: TrainerOptions) -> Result<Self> {
+        let model = job.build_model(job.spec.seed)?;
+        let adam = AdamState::zeros(model.params())?;
+        Self::assemble(job, model, adam, 0, epoch, None, opts)
+    }
+
+    /// Continues from a checkpoint's bytes (refused if it is not this job's); its BLAKE3
+    /// becomes the parent of the next checkpoint.
+    pub fn resume(
+        job: Arc<Job>,
+        checkpoint: &[u8],
+        epoch: u64,
+        opts: TrainerOptions,
+    ) -> Result<Self> {
+        let ckpt = Checkpoint::from_bytes(checkpoint, &job.device)?;
+        Self::from_checkpoint(job, &ckpt, Some(file_hash(checkpoint)), epoch, opts)
+    }
+
+    pub fn from_checkpoint(
+        job: Arc<Job>,
+        ckpt: &Checkpoint,
+        parent: Option<[u8; 32]>,
+        epoch: u64,
+        opts: TrainerOptions,
+    ) -> Result<Self> {
+        let model = job.build_model(job.spec.seed)?;
+        let shapes = model
+            .params()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.dims().to_vec()))
+            .collect();
+        ckpt.check_job(&job.spec, &shapes)?;
+        for (name, var) in model.params() {
+            // check_job guarantees presence and shape.
+            var.set(&ckpt.state.params[name])?;
+        }
+        let adam = AdamState {
+            m: ckpt.state.adam_m.clone(),
+            v: ckpt.state.adam_v.clone(),
+        };
+        Self::assemble(job, model, adam, ckpt.meta.step, epoch, parent, opts)
+    }
+
+    fn assemble(
+        job: Arc<Job>,
+        model: Box<dyn Model>,
+        adam: AdamState,
+        step: u64,
+        epoch: u64,
+        parent: Option<[u8; 32]>,
+        opts: TrainerOptions,
+    ) -> Result<Self> {
+        let eff = job.spec.effective_batch;
+        let plan = match opts.micro_batch {
+            Some(m) if m == 0 || !eff.is_multiple_of(m) => {
+                return Err(TrainerError::Spec {
+                    field: "micro_batch",
+                    reason: format!("{m} does not divide the effective batch {eff}"),
+                });
+            }
+            Some(m) => MicroBatchPlan {
+                micro_batch: m,
+                accumulation: eff / m,
+                bytes_per_example: model.bytes_per_example(),
+            },
+            None => plan_micro_batch(eff, model.bytes_per_example(), opts.memory_budget)?,
+        };
+        let order = DataOrder::new(job.spec.seed, job.train.len());
+        let mut t = Self {
+            job,
+            model,
+            adam,
+            order,
+            step,
+            epoch,
+            parent,
+            plan,
+            keep_states: opts.keep_states,
+            interval_start: step,
+            hashes: Vec::new(),
+            states: Vec::new(),
+        };
+        t.record()?;
+        Ok(t)
+    }
+
+    pub fn job(&self) -> &Arc<Job> {
+        &self.job
+    }
+    pub fn model(&self) -> &dyn Model {
+        self.model.as_ref()
+    }
+    /// Steps completed.
+    pub fn step_count(&self) -> u64 {
+        self.step
+    }
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+    pub fn plan(&self) -> MicroBatchPlan {
+        self.plan
+    }
+    pub fn cursor(&self) -> u64 {
+        self.step * self.job.spec.effective_batch as u64
+    }
+
+    /// A copy of the current state.
+    pub fn snapshot(&self) -> Result<TrainState> {
+        let mut params = BTreeMap::new();
+        for (k, v) in self.model.params() {
+            params.insert(k.clone(), v.as_tensor().copy()?.detach());
+        }
+        Ok(TrainState {
+            step: self.step,
+            cursor: self.cursor(),
+            params,
+            adam_m: self.adam.m.clone(),
+            adam_v: self.adam.v.clone(),
+        })
+    }
+
+    pub fn state_hash(&self) -> Result<StateHash> {
+        self.snapshot()?.hash()
+    }
+
+    fn record(&mut self) -> Result<StateHash> {
+        let s = self.snapshot()?;
+        let h = s.hash()?;
+        self.hashes.push(h);
+        if self.keep_states {
+            self.states.push(s);
+        }
+        Ok(h)
+    }
+
+    /// The state hashes since the interval began: index 0 is the interval's starting state
+    /// (the parent checkpoint's), index k the state after k more steps.
+    pub fn interval_hashes(&self) -> &[StateHash] {
+        &self.hashes
+    }
+    pub fn interval_start(&self) -> u64 {
+        self.interval_start
+    }
+
+    /// Starts a new interval at the current state, e.g. after announcing a checkpoint whose
+    /// hash is `parent`.
+    pub fn start_interval(&mut self, parent: Option<[u8; 32]>) -> Result<()> {
+        self.parent = parent;
+        self.interval_start = self.step;
+        self.hashes.clear();
+        self.states.clear();
+        self.record()?;
+        Ok(())
+    }
+
+    /// The recorded state at `step` as checkpoint bytes, for a verifier's spot check.
+    pub fn serve_state(&self, step: u64) -> Result<Vec<u8>> {
+        if !self.keep_states {
+            return Err(TrainerError::ckpt(
+                "this trainer does not keep per-step states (keep_states is off)",
+            ));
+        }
+        let k = step
+            .checked_sub(self.interval_start)
+            .filter(|k| (*k as usize) < self.states.len())
+            .ok_or_else(|| {
+                TrainerError::ckpt(format!(
+                    "step {step} is outside the recorded interval {}..={}",
+                    self.interval_start,
+                    self.interval_start + self.states.len() as u64 - 1
+                ))
+            })?;
+        let state = self.states[k as usize].clone();
+        self.checkpoint_of(state)?.to_bytes()
+    }
+
+    fn checkpoint_of(&self, state: TrainState) -> Result<Checkpoint> {
+        let spec = &self.job.spec;
+        let meta = CheckpointMeta {
+            job_id: spec.job_id.clone(),
+            spec_fingerprint: spec.fingerprint(),
+            model: spec.model_name().to_string(),
+            epoch: self.epoch,
+            step: state.step,
+            data_cursor: state.cursor,
+            rng_seed: spec.seed,
+            rng_pass: self.order.pass(state.cursor),
+            parent: self.parent,
+            micro_batch: self.plan.micro_batch,
+            state_hash: state.hash()?,
+        };
+        Ok(Checkpoint { meta, state })
+    }
+
+    /// The current state as a checkpoint (parent = the interval's parent).
+    pub fn checkpoint(&self) -> Result<Checkpoint> {
+        self.checkpoint_of(self.snapshot()?)
+    }
+
+    /// One optimizer step over the next effective batch, accumulated over micro-batches.
+    pub fn step(&mut self) -> Result<StepReport> {
+        let started = Instant::now();
+        let spec = &self.job.spec;
+        if self.step >= spec.total_steps {
+            return Err(TrainerError::Spec {
+                field: "total_steps",
+                reason: format!("the job's {} steps are done", spec.total_steps),
+            });
+        }
+        let eff = spec.effective_batch;
+        let lr = learning_rate(&spec.optim, self.step, spec.total_steps);
+        let indices = self.order.indices(self.cursor(), eff);
+        let mut grads: BTreeMap<String, Tensor> = BTreeMap::new();
+        let mut loss_sum = 0f32;
+        for chunk in indices.chunks(self.plan.micro_batch) {
+            let batch = self.job.train.batch(chunk, &self.job.device)?;
+            let logits = self.model.forward(&batch.input)?;
+            let mut loss = candle_nn::loss::cross_entropy(&logits, &batch.labels)?;
+            if self.plan.accumulation > 1 {
+                // Mean over the effective batch = Σ micro-batch means × (micro / effective).
+                loss = (loss * (chunk.len() as f64 / eff as f64))?;
+            }
+            let store = loss.backward()?;
+            loss_sum += loss.to_scalar::<f32>()?;
+            for (name, var) in self.model.params() {
+                let g = store.get(var.as_tensor()).ok_or_else(|| {
+                    TrainerError::Model(format!(
+                        "{name} received no gradient: it does not affect the loss"
+                    ))
+                })?;
+                let g = g.detach();
+                let acc = match grads.remove(name) {
+                    Some(prev) => (prev + g)?,
+                    None => g,
+                };
+                grads.insert(name.clone(), acc);
+            }
+        }
+        self.adam
+            .update(&spec.optim, self.model.params(), &grads, self.step, lr)?;
+        self.step += 1;
+        let state_hash = self.record()?;
+        Ok(StepReport {
+            step: self.step,
+            loss: loss_sum,
+            lr,
+            state_hash,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Trains until `until` steps are done (capped at the job's total), checking `cancel`
+    /// before each step and calling `on_step` after it.
+    pub fn train(
+        &mut self,
+        until: u64,
+        cancel: &AtomicBool,
+        mut on_step: impl FnMut(&StepReport) -> ControlFlow<()>,
+    ) -> Result<Stop> {
+        let until = until.min(self.job.spec.total_steps);
+        while self.step < until {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(Stop::Cancelled);
+            }
+            let r = self.step()?;
+            if on_step(&r).is_break() {
+                return Ok(Stop::CallbackBreak);
+            }
+        }
+        Ok(Stop::Reached)
+    }
+
+    /// Accuracy and loss of the current weights on the job's eval set.
+    pub fn evaluate(&self) -> Result<EvalReport> {
+        evaluate(
+            self.model.as_ref(),
+            self.job.eval.as_ref(),
+            self.job.eval_len(),
+            &self.job.device,
+        )
+    }
+
+    /// Advances the counters without training: only the lazy-training cheat calls this.
+    pub(crate) fn skip_step(&mut self) -> Result<StateHash> {
+        self.step += 1;
+        self.record()
+    }
+
+    /// Replaces the data order: only the wrong-order cheat calls this.
+    pub(crate) fn set_order_seed(&mut self, seed: u64) {
+        self.order = DataOrder::new(seed, self.job.train.len());
+    }
+}

@@ -1,0 +1,12 @@
+//! The trainer's integration tests, in one binary so candle links once.
+
+// clippy.toml allows unwrap in #[test] functions; the shared helpers here are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod bert;
+mod common;
+mod data;
+mod resume;
+mod stock_bert;
+mod training;
+mod verification;
