@@ -1,0 +1,711 @@
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alloy::consensus::TxEnvelope;
+use alloy::eips::BlockId;
+use alloy::eips::eip2718::Encodable2718;
+use alloy::network::{Ethereum, EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
+use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::providers::Provider;
+use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
+use alloy::signers::local::PrivateKeySigner;
+use alloy::sol_types::{SolCall, SolEvent};
+use alloy::transports::RpcError;
+use alloy::transports::TransportError;
+use gpuchain_protocol::chain::ChainTx;
+use gpuchain_protocol::eip712::EscrowDomain;
+use gpuchain_protocol::types::JobId;
+use tokio::sync::Mutex;
+
+use super::error::ChainError;
+use super::revert::decode_revert;
+use super::rpc::{RetryPolicy, Rpc};
+use crate::{JobEscrow, TestUSDC};
+
+/// Where and how to talk to the chain.
+#[derive(Debug, Clone)]
+pub struct ChainConfig {
+    /// HTTP JSON-RPC endpoint, e.g. `http://127.0.0.1:8545`.
+    pub rpc_url: String,
+    /// The deployed `JobEscrow`.
+    pub escrow: Address,
+    /// The ERC-20 the node pays and stakes in (test USDC on testnets).
+    pub token: Address,
+    /// Longest wait for a receipt before [`ChainError::ReceiptTimeout`].
+    pub receipt_timeout: Duration,
+    /// How often to ask for a receipt (anvil mines at once: 50 ms is plenty).
+    pub receipt_poll: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl ChainConfig {
+    /// Defaults that suit anvil and a public testnet alike.
+    pub fn new(rpc_url: impl Into<String>, escrow: Address, token: Address) -> Self {
+        Self {
+            rpc_url: rpc_url.into(),
+            escrow,
+            token,
+            receipt_timeout: Duration::from_secs(60),
+            receipt_poll: Duration::from_millis(50),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// A provider's stake as the escrow records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StakeInfo {
+    pub amount: U256,
+    /// 0 while bonded; otherwise when the stake can be withdrawn.
+    pub unbond_at: u64,
+    /// Epochs the provider holds right now, across jobs.
+    pub live_epochs: u32,
+}
+
+/// A transaction handed to the RPC, not yet known to be mined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingTx {
+    pub call: &'static str,
+    pub hash: B256,
+    pub nonce: u64,
+}
+
+/// A mined, successful transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxOutcome {
+    pub call: &'static str,
+    pub hash: B256,
+    pub block_number: u64,
+    pub gas_used: u64,
+    /// What the sender paid for gas, in wei (`gas_used × effective_gas_price`), including
+    /// the `approve` that `createJob` and `register` send first when they need one.
+    pub fee: U256,
+    /// For `createJob`: the new job's id, from its `JobCreated` log.
+    pub job_id: Option<JobId>,
+}
+
+/// Signs and sends the escrow's transactions from one key, and reads its views. Cheap to
+/// clone; clones share the nonce sequence (see the module docs).
+#[derive(Debug, Clone)]
+pub struct ChainClient {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    rpc: Rpc,
+    wallet: EthereumWallet,
+    address: Address,
+    chain_id: u64,
+    escrow: Address,
+    token: Address,
+    receipt_timeout: Duration,
+    receipt_poll: Duration,
+    /// The next nonce to use; `None` = read it from the chain before the next send.
+    nonce: Mutex<Option<u64>>,
+    /// Held across approve + pull (createJob, register) so that two of them from this key
+    /// cannot spend each other's allowance.
+    allowance: Mutex<()>,
+}
+
+/// Gas estimates are exact for the state they ran against; the margin covers a state that
+/// moved a little (another checkpoint accepted first, a warm slot gone cold).
+fn with_margin(gas: u64) -> u64 {
+    gas.saturating_add(gas / 5).saturating_add(10_000)
+}
+
+fn message_has(err: &TransportError, needles: &[&str]) -> bool {
+    match err {
+        RpcError::ErrorResp(p) => {
+            let m = p.message.to_ascii_lowercase();
+            needles.iter().any(|n| m.contains(n))
+        }
+        _ => false,
+    }
+}
+
+fn sigs(sigs: &[gpuchain_protocol::Sig65]) -> Vec<Bytes> {
+    sigs.iter().map(|s| Bytes::copy_from_slice(&s.0)).collect()
+}
+
+/// The escrow function a [`ChainTx`] calls, and its calldata.
+fn encode(tx: &ChainTx) -> (&'static str, Vec<u8>) {
+    match tx {
+        ChainTx::CreateJob {
+            token,
+            budget,
+            max_price_per_step,
+            total_steps,
+            checkpoint_interval,
+            spec_hash,
+            verifiers,
+            quorum,
+            deadline,
+            grace,
+        } => (
+            "createJob",
+            JobEscrow::createJobCall {
+                token: *token,
+                budget: *budget,
+                maxPricePerStep: *max_price_per_step,
+                totalSteps: *total_steps,
+                checkpointInterval: *checkpoint_interval,
+                specHash: *spec_hash,
+                verifiers: verifiers.clone(),
+                quorum: *quorum,
+                deadline: *deadline,
+                grace: *grace,
+            }
+            .abi_encode(),
+        ),
+        ChainTx::Assign {
+            job_id,
+            provider,
+            price_per_step,
+            bid_expiry,
+            bid_signature,
+        } => (
+            "assign",
+            JobEscrow::assignCall {
+                jobId: *job_id,
+                provider: *provider,
+                pricePerStep: *price_per_step,
+                bidExpiry: *bid_expiry,
+                bidSig: Bytes::copy_from_slice(&bid_signature.0),
+            }
+            .abi_encode(),
+        ),
+        ChainTx::ReleaseProvider { job_id } => (
+            "releaseProvider",
+            JobEscrow::releaseProviderCall { jobId: *job_id }.abi_encode(),
+        ),
+        ChainTx::AcceptCheckpoint {
+            job_id,
+            epoch,
+            step,
+            checkpoint_hash,
+            sigs: s,
+        } => (
+            "acceptCheckpoint",
+            JobEscrow::acceptCheckpointCall {
+                jobId: *job_id,
+                epoch: *epoch,
+                step: *step,
+                checkpointHash: *checkpoint_hash,
+                sigs: sigs(s),
+            }
+            .abi_encode(),
+        ),
+        ChainTx::RejectCheckpoint {
+            job_id,
+            epoch,
+            step,
+            checkpoint_hash,
+            sigs: s,
+        } => (
+            "rejectCheckpoint",
+            JobEscrow::rejectCheckpointCall {
+                jobId: *job_id,
+                epoch: *epoch,
+                step: *step,
+                checkpointHash: *checkpoint_hash,
+                sigs: sigs(s),
+            }
+            .abi_encode(),
+        ),
+        ChainTx::Expire { job_id } => (
+            "expire",
+            JobEscrow::expireCall { jobId: *job_id }.abi_encode(),
+        ),
+        ChainTx::Withdraw { token } => (
+            "withdraw",
+            JobEscrow::withdrawCall { token: *token }.abi_encode(),
+        ),
+    }
+}
+
+impl ChainClient {
+    /// Connects, checks that the RPC answers and that the escrow and token exist on its chain.
+    pub async fn connect(
+        config: ChainConfig,
+        signer: PrivateKeySigner,
+    ) -> Result<Self, ChainError> {
+        let rpc = Rpc::new(&config.rpc_url, config.retry)?;
+        let chain_id = rpc
+            .call("eth_chainId", || async {
+                rpc.provider.get_chain_id().await
+            })
+            .await?;
+        for (what, address) in [("escrow", config.escrow), ("token", config.token)] {
+            let code = rpc
+                .call("eth_getCode", || async {
+                    rpc.provider.get_code_at(address).latest().await
+                })
+                .await?;
+            if code.is_empty() {
+                return Err(ChainError::NoContract {
+                    what,
+                    address,
+                    chain_id,
+                    url: rpc.url.clone(),
+                });
+            }
+        }
+        let address = signer.address();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                rpc,
+                wallet: EthereumWallet::from(signer),
+                address,
+                chain_id,
+                escrow: config.escrow,
+                token: config.token,
+                receipt_timeout: config.receipt_timeout,
+                receipt_poll: config.receipt_poll,
+                nonce: Mutex::new(None),
+                allowance: Mutex::new(()),
+            }),
+        })
+    }
+
+    /// The signer's address.
+    pub fn address(&self) -> Address {
+        self.inner.address
+    }
+
+    pub fn chain_id(&self) -> u64 {
+        self.inner.chain_id
+    }
+
+    pub fn escrow(&self) -> Address {
+        self.inner.escrow
+    }
+
+    pub fn token(&self) -> Address {
+        self.inner.token
+    }
+
+    pub fn rpc_url(&self) -> &str {
+        &self.inner.rpc.url
+    }
+
+    /// The EIP-712 domain the protocol machines sign `Bid`s and `Vote`s in.
+    pub fn domain(&self) -> EscrowDomain {
+        EscrowDomain {
+            chain_id: self.inner.chain_id,
+            escrow: self.inner.escrow,
+        }
+    }
+
+    pub(crate) fn rpc(&self) -> &Rpc {
+        &self.inner.rpc
+    }
+
+    // ------------------------------------------------------------------ transactions
+
+    /// Executes one of the protocol's transactions and waits for it to be mined.
+    /// `CreateJob` first approves the budget when the allowance falls short.
+    pub async fn submit(&self, tx: &ChainTx) -> Result<TxOutcome, ChainError> {
+        if let ChainTx::CreateJob { token, budget, .. } = tx {
+            let _guard = self.inner.allowance.lock().await;
+            let approve_fee = self.ensure_allowance(*token, *budget).await?;
+            let (call, data) = encode(tx);
+            let mut outcome = self.transact(call, self.inner.escrow, data).await?;
+            outcome.fee += approve_fee;
+            outcome.job_id = self.created_job_id(outcome.hash).await?;
+            return Ok(outcome);
+        }
+        let (call, data) = encode(tx);
+        self.transact(call, self.inner.escrow, data).await
+    }
+
+    /// Stakes `amount` of the escrow's stake token (approving it first when needed).
+    pub async fn register(&self, amount: U256) -> Result<TxOutcome, ChainError> {
+        let _guard = self.inner.allowance.lock().await;
+        let stake_token = self
+            .inner
+            .rpc
+            .view(
+                "stakeToken",
+                self.inner.escrow,
+                JobEscrow::stakeTokenCall {},
+            )
+            .await?;
+        let approve_fee = self.ensure_allowance(stake_token, amount).await?;
+        let data = JobEscrow::registerCall { amount }.abi_encode();
+        let mut outcome = self.transact("register", self.inner.escrow, data).await?;
+        outcome.fee += approve_fee;
+        Ok(outcome)
+    }
+
+    /// Mints `amount` of the configured token to `to`: only test USDC allows this.
+    pub async fn mint(&self, to: Address, amount: U256) -> Result<TxOutcome, ChainError> {
+        let data = TestUSDC::mintCall { to, amount }.abi_encode();
+        self.transact("mint", self.inner.token, data).await
+    }
+
+    /// Sends a call and waits for its receipt.
+    pub async fn transact(
+        &self,
+        call: &'static str,
+        to: Address,
+        data: Vec<u8>,
+    ) -> Result<TxOutcome, ChainError> {
+        let pending = self.send(call, to, data).await?;
+        self.wait(pending).await
+    }
+
+    /// Estimates, signs and hands a call to the RPC under the next nonce, without waiting
+    /// for it to be mined (several can be in flight; see the module docs).
+    pub async fn send(
+        &self,
+        call: &'static str,
+        to: Address,
+        data: Vec<u8>,
+    ) -> Result<PendingTx, ChainError> {
+        let rpc = &self.inner.rpc;
+        let from = self.inner.address;
+        let base = TransactionRequest::default()
+            .from(from)
+            .to(to)
+            .input(Bytes::from(data).into());
+
+        // Without fee fields the estimate does not check the balance, so a revert is
+        // reported as a revert even from an empty account.
+        let gas = match rpc
+            .raw(|| {
+                rpc.provider
+                    .estimate_gas(base.clone())
+                    .block(BlockId::latest())
+            })
+            .await
+        {
+            Ok(gas) => with_margin(gas),
+            Err(e) if message_has(&e, &["insufficient funds"]) => {
+                // No estimate to go by: a plain transfer's gas is the least it can cost.
+                let least = match rpc.raw(|| rpc.provider.estimate_eip1559_fees()).await {
+                    Ok(fees) => U256::from(21_000u64) * U256::from(fees.max_fee_per_gas),
+                    Err(_) => U256::ZERO,
+                };
+                return Err(self.unfunded(call, least).await);
+            }
+            Err(e) => return Err(rpc.error(call, e)),
+        };
+        let fees = rpc
+            .call("eth_feeHistory", || rpc.provider.estimate_eip1559_fees())
+            .await?;
+        let needed = U256::from(gas) * U256::from(fees.max_fee_per_gas);
+        let balance = self.eth_balance(from).await?;
+        if balance < needed {
+            return Err(ChainError::Unfunded {
+                address: from,
+                call,
+                balance,
+                needed,
+            });
+        }
+        let request = base
+            .with_chain_id(self.inner.chain_id)
+            .with_gas_limit(gas)
+            .with_max_fee_per_gas(fees.max_fee_per_gas)
+            .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
+
+        let mut nonce_slot = self.inner.nonce.lock().await;
+        // One resync is allowed per send: after it, a second nonce complaint is a real error.
+        let mut resynced = false;
+        loop {
+            let nonce = match *nonce_slot {
+                Some(n) => n,
+                None => {
+                    resynced = true;
+                    rpc.call("eth_getTransactionCount", || {
+                        rpc.provider.get_transaction_count(from).pending()
+                    })
+                    .await?
+                }
+            };
+            let envelope: TxEnvelope = NetworkTransactionBuilder::<Ethereum>::build(
+                request.clone().with_nonce(nonce),
+                &self.inner.wallet,
+            )
+            .await
+            .map_err(|e| ChainError::Signing {
+                call,
+                detail: e.to_string(),
+            })?;
+            let hash = *envelope.tx_hash();
+            let raw = envelope.encoded_2718();
+            match rpc
+                .raw(|| async { rpc.provider.send_raw_transaction(&raw).await.map(|_| ()) })
+                .await
+            {
+                Ok(()) => {
+                    *nonce_slot = Some(nonce + 1);
+                    tracing::debug!(call, %hash, nonce, "transaction sent");
+                    return Ok(PendingTx { call, hash, nonce });
+                }
+                // A retried send whose first attempt did reach the node.
+                Err(e)
+                    if message_has(&e, &["already known", "known transaction"])
+                        || (message_has(&e, &["nonce too low"]) && self.is_known(hash).await) =>
+                {
+                    *nonce_slot = Some(nonce + 1);
+                    return Ok(PendingTx { call, hash, nonce });
+                }
+                Err(e)
+                    if !resynced
+                        && message_has(&e, &["nonce too low", "nonce too high", "underpriced"]) =>
+                {
+                    tracing::info!(call, nonce, error = %e, "nonce out of step, re-reading it");
+                    *nonce_slot = None;
+                }
+                Err(e) => {
+                    *nonce_slot = None;
+                    if message_has(&e, &["insufficient funds"]) {
+                        drop(nonce_slot);
+                        return Err(self.unfunded(call, needed).await);
+                    }
+                    return Err(rpc.error(call, e));
+                }
+            }
+        }
+    }
+
+    /// Waits for a sent transaction's receipt; a reverted one is replayed to name the reason.
+    pub async fn wait(&self, pending: PendingTx) -> Result<TxOutcome, ChainError> {
+        let start = Instant::now();
+        let receipt = loop {
+            let got = self
+                .inner
+                .rpc
+                .call("eth_getTransactionReceipt", || {
+                    self.inner
+                        .rpc
+                        .provider
+                        .get_transaction_receipt(pending.hash)
+                })
+                .await?;
+            if let Some(r) = got {
+                break r;
+            }
+            let waited = start.elapsed();
+            if waited >= self.inner.receipt_timeout {
+                // The transaction may be gone, leaving a hole in the nonce sequence.
+                *self.inner.nonce.lock().await = None;
+                return Err(ChainError::ReceiptTimeout {
+                    call: pending.call,
+                    hash: pending.hash,
+                    waited,
+                });
+            }
+            tokio::time::sleep(self.inner.receipt_poll).await;
+        };
+        let block_number = receipt.block_number.unwrap_or_default();
+        if !receipt.status() {
+            return Err(ChainError::Reverted {
+                call: pending.call,
+                reason: self.replay_revert(&pending, &receipt).await,
+                tx: Some(pending.hash),
+            });
+        }
+        Ok(TxOutcome {
+            call: pending.call,
+            hash: pending.hash,
+            block_number,
+            gas_used: receipt.gas_used,
+            fee: U256::from(receipt.gas_used) * U256::from(receipt.effective_gas_price),
+            job_id: None,
+        })
+    }
+
+    // ------------------------------------------------------------------------ views
+
+    /// The job as `getJob` returns it (`UnknownJob` reverts are reported as such).
+    pub async fn job(&self, job_id: JobId) -> Result<JobEscrow::JobView, ChainError> {
+        self.inner
+            .rpc
+            .view(
+                "getJob",
+                self.inner.escrow,
+                JobEscrow::getJobCall { jobId: job_id },
+            )
+            .await
+    }
+
+    /// What `account` can `withdraw` in `token`.
+    pub async fn withdrawable(&self, account: Address, token: Address) -> Result<U256, ChainError> {
+        self.inner
+            .rpc
+            .view(
+                "withdrawable",
+                self.inner.escrow,
+                JobEscrow::withdrawableCall { account, token },
+            )
+            .await
+    }
+
+    pub async fn stake_of(&self, provider: Address) -> Result<StakeInfo, ChainError> {
+        let r = self
+            .inner
+            .rpc
+            .view(
+                "stakeOf",
+                self.inner.escrow,
+                JobEscrow::stakeOfCall { provider },
+            )
+            .await?;
+        Ok(StakeInfo {
+            amount: r.amount,
+            unbond_at: r.unbondAt,
+            live_epochs: r.liveEpochs,
+        })
+    }
+
+    /// `account`'s balance of the configured token.
+    pub async fn token_balance(&self, account: Address) -> Result<U256, ChainError> {
+        self.inner
+            .rpc
+            .view(
+                "balanceOf",
+                self.inner.token,
+                TestUSDC::balanceOfCall { account },
+            )
+            .await
+    }
+
+    /// `account`'s ETH balance in wei.
+    pub async fn eth_balance(&self, account: Address) -> Result<U256, ChainError> {
+        self.inner
+            .rpc
+            .call("eth_getBalance", || {
+                self.inner.rpc.provider.get_balance(account).latest()
+            })
+            .await
+    }
+
+    pub async fn block_number(&self) -> Result<u64, ChainError> {
+        self.inner
+            .rpc
+            .call("eth_blockNumber", || {
+                self.inner.rpc.provider.get_block_number()
+            })
+            .await
+    }
+
+    /// The latest block's timestamp: bid expiries and deadlines are in block time.
+    pub async fn block_time(&self) -> Result<u64, ChainError> {
+        let number = self.block_number().await?;
+        match self.inner.rpc.header(number).await? {
+            Some((_, _, time)) => Ok(time),
+            None => Err(ChainError::Unexpected {
+                url: self.inner.rpc.url.clone(),
+                detail: format!("latest block {number} not found"),
+            }),
+        }
+    }
+
+    // ---------------------------------------------------------------------- helpers
+
+    /// Approves the escrow for `amount` when the allowance is short; returns the fee paid.
+    async fn ensure_allowance(&self, token: Address, amount: U256) -> Result<U256, ChainError> {
+        let owner = self.inner.address;
+        let spender = self.inner.escrow;
+        let current = self
+            .inner
+            .rpc
+            .view(
+                "allowance",
+                token,
+                TestUSDC::allowanceCall { owner, spender },
+            )
+            .await?;
+        if current < amount {
+            let data = TestUSDC::approveCall {
+                spender,
+                value: amount,
+            }
+            .abi_encode();
+            return Ok(self.transact("approve", token, data).await?.fee);
+        }
+        Ok(U256::ZERO)
+    }
+
+    async fn created_job_id(&self, hash: B256) -> Result<Option<JobId>, ChainError> {
+        let receipt: Option<TransactionReceipt> = self
+            .inner
+            .rpc
+            .call("eth_getTransactionReceipt", || {
+                self.inner.rpc.provider.get_transaction_receipt(hash)
+            })
+            .await?;
+        Ok(receipt.and_then(|r| {
+            r.logs()
+                .iter()
+                .filter(|l| l.address() == self.inner.escrow)
+                .find_map(|l| JobEscrow::JobCreated::decode_log(&l.inner).ok())
+                .map(|l| l.data.jobId)
+        }))
+    }
+
+    async fn is_known(&self, hash: B256) -> bool {
+        let rpc = &self.inner.rpc;
+        matches!(
+            rpc.raw(|| rpc.provider.get_transaction_by_hash(hash)).await,
+            Ok(Some(_))
+        )
+    }
+
+    async fn unfunded(&self, call: &'static str, needed: U256) -> ChainError {
+        let address = self.inner.address;
+        match self.eth_balance(address).await {
+            Ok(balance) => ChainError::Unfunded {
+                address,
+                call,
+                balance,
+                needed,
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// Re-runs a reverted transaction as `eth_call` on the state after its block, which
+    /// holds whatever change made it fail (an exact pre-state replay needs a tracing node).
+    async fn replay_revert(
+        &self,
+        pending: &PendingTx,
+        receipt: &TransactionReceipt,
+    ) -> super::RevertReason {
+        let rpc = &self.inner.rpc;
+        let tx = match rpc
+            .raw(|| rpc.provider.get_transaction_by_hash(pending.hash))
+            .await
+        {
+            Ok(Some(tx)) => tx,
+            _ => {
+                return super::RevertReason::Message(
+                    "reverted (transaction not found to replay)".into(),
+                );
+            }
+        };
+        let req = TransactionRequest::default()
+            .from(self.inner.address)
+            .to(alloy::consensus::Transaction::to(&tx).unwrap_or_default())
+            .input(alloy::consensus::Transaction::input(&tx).clone().into());
+        let block = receipt
+            .block_number
+            .map_or_else(BlockId::latest, BlockId::number);
+        match rpc
+            .raw(|| rpc.provider.call(req.clone()).block(block))
+            .await
+        {
+            Err(RpcError::ErrorResp(p)) => match p.as_revert_data() {
+                Some(data) => decode_revert(&data),
+                None => super::RevertReason::Message(p.message.to_string()),
+            },
+            Err(e) => super::RevertReason::Message(format!("reverted (replay failed: {e})")),
+            Ok(_) => super::RevertReason::Message(
+                "reverted on chain, but succeeds when replayed on its block's state".into(),
+            ),
+        }
+    }
+}
