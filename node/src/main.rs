@@ -1,4 +1,48 @@
-fn main() {
-    eprintln!("gpuchain: the node is not built yet");
-    std::process::exit(2);
+use std::process::ExitCode;
+
+use clap::Parser;
+use gpuchain_node::cli::{Cli, Command};
+use gpuchain_node::config::NodeConfig;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    gpuchain_node::logging::init(cli.log_format);
+    let name = match cli.command {
+        Command::Node(args) => return run_node(&args),
+        Command::Job(_) => "job",
+        Command::Provider(_) => "provider",
+        Command::Withdraw(_) => "withdraw",
+        Command::Testnet(_) => "testnet",
+        Command::Sim(cmd) => return run_sim(cmd),
+    };
+    eprintln!(
+        "gpuchain {name}: not built yet (only `gpuchain node` and `gpuchain sim` exist so far)"
+    );
+    ExitCode::from(2)
+}
+
+fn run_sim(cmd: gpuchain_sim::cli::SimCommand) -> ExitCode {
+    match gpuchain_sim::cli::run_cli(cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuchain sim: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_node(args: &gpuchain_node::cli::NodeArgs) -> ExitCode {
+    let result = NodeConfig::from_args(args).and_then(|config| {
+        let rt = tokio::runtime::Runtime::new()
+            .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
+        rt.block_on(gpuchain_node::node::run(config))
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(target: "gpuchain::event", event = "fatal", error = %format!("{e:#}"), "node failed");
+            eprintln!("gpuchain node: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

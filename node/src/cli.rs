@@ -1,0 +1,142 @@
+//! Command line: one binary, one subcommand per user-facing task.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpuchain",
+    version,
+    about = "gpuchain: fine-tune models on untrusted rented GPUs, paid per accepted step",
+    long_about = "gpuchain: fine-tune models on untrusted rented GPUs, paid per accepted step.\n\n\
+Every participant (client, provider, verifier) runs this one binary. Flags override environment \
+variables (shown as [env: ...]), which override the TOML config file, which overrides the defaults."
+)]
+pub struct Cli {
+    /// Log format: `text` is readable by people, `json` gives one JSON object per line for machines.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "GPUCHAIN_LOG_FORMAT")]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a node: join the swarm, gossip, serve and fetch checkpoint blobs.
+    Node(Box<NodeArgs>),
+    /// Create and follow a training job (not built yet).
+    Job(NotBuilt),
+    /// Register and manage provider stake (not built yet).
+    Provider(NotBuilt),
+    /// Withdraw earned or refunded tokens from the escrow (not built yet).
+    Withdraw(NotBuilt),
+    /// Start a local multi-node testnet on anvil (not built yet).
+    Testnet(NotBuilt),
+    /// Run the deterministic discrete-event simulator over the protocol state machines.
+    Sim(gpuchain_sim::cli::SimCommand),
+}
+
+/// Accepts any arguments so that the command can say plainly that it does not exist yet.
+#[derive(Debug, Args)]
+pub struct NotBuilt {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub rest: Vec<String>,
+}
+
+#[derive(Debug, Args, Default)]
+pub struct NodeArgs {
+    /// TOML config file. Keys are the long flag names with `_` for `-` (for example
+    /// `data_dir`, `listen = [..]`, `roles = [..]`); unknown keys are an error.
+    #[arg(long, env = "GPUCHAIN_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Role(s) this node plays: client, provider, verifier. Repeat the flag or separate with
+    /// commas to combine them. Default: none (a plain relay and blob peer).
+    #[arg(
+        long = "role",
+        env = "GPUCHAIN_ROLE",
+        value_delimiter = ',',
+        value_enum
+    )]
+    pub roles: Vec<crate::config::Role>,
+
+    /// Multiaddr of a peer to join the swarm through, e.g. `/ip4/10.0.0.5/tcp/4001` (a trailing
+    /// `/p2p/<peer id>` is checked when given). Repeatable. Without one the node starts a new swarm.
+    #[arg(
+        long,
+        env = "GPUCHAIN_BOOTSTRAP",
+        value_delimiter = ',',
+        value_name = "MULTIADDR"
+    )]
+    pub bootstrap: Vec<String>,
+
+    /// Directory for keys, the blob store and runtime files; created if missing.
+    #[arg(long, env = "GPUCHAIN_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// libp2p listen multiaddr (tcp and/or quic-v1). Repeatable.
+    /// Default: `/ip4/0.0.0.0/tcp/4001` and `/ip4/0.0.0.0/udp/4001/quic-v1`.
+    #[arg(
+        long,
+        env = "GPUCHAIN_LISTEN",
+        value_delimiter = ',',
+        value_name = "MULTIADDR"
+    )]
+    pub listen: Vec<String>,
+
+    /// Serve the control API (status, peers, publish, blobs) on this address, e.g.
+    /// `127.0.0.1:0`. Loopback addresses only: the API has no authentication. The bound
+    /// address is written to `<data dir>/api.addr` and logged. Default: no API.
+    #[arg(long, env = "GPUCHAIN_API", value_name = "ADDR")]
+    pub api: Option<SocketAddr>,
+
+    /// UDP socket for the iroh blob endpoint. Default: `0.0.0.0:0` (any interface, any port).
+    #[arg(long, env = "GPUCHAIN_BLOB_BIND", value_name = "ADDR")]
+    pub blob_bind: Option<SocketAddr>,
+
+    /// iroh relay URL for blob transfers across NATs. Default: relays off (direct addresses only).
+    #[arg(long, env = "GPUCHAIN_RELAY", value_name = "URL")]
+    pub relay: Option<String>,
+
+    /// Period of provider heartbeats on a job topic, in milliseconds. Default: 100.
+    #[arg(long, env = "GPUCHAIN_HEARTBEAT_PERIOD_MS", value_name = "MS")]
+    pub heartbeat_period_ms: Option<u64>,
+
+    /// Publish heartbeats on this topic from the start (used by tests and benchmarks until jobs
+    /// drive heartbeats). Repeatable.
+    #[arg(
+        long = "heartbeat-topic",
+        env = "GPUCHAIN_HEARTBEAT_TOPIC",
+        value_delimiter = ','
+    )]
+    pub heartbeat_topics: Vec<String>,
+
+    /// Give up and exit non-zero when no bootstrap peer answered within this many seconds.
+    /// Default: 20.
+    #[arg(long, env = "GPUCHAIN_BOOTSTRAP_TIMEOUT_SECS", value_name = "SECS")]
+    pub bootstrap_timeout_secs: Option<u64>,
+
+    /// Chain id of the EIP-712 domain that bids and votes are signed for. Default: 31337
+    /// (anvil) until the chain client configures it from the chain.
+    #[arg(long, env = "GPUCHAIN_CHAIN_ID", value_name = "ID")]
+    pub chain_id: Option<u64>,
+
+    /// JobEscrow contract address of that EIP-712 domain. Default: the zero address.
+    #[arg(long, env = "GPUCHAIN_ESCROW", value_name = "ADDRESS")]
+    pub escrow: Option<String>,
+
+    /// File holding the password of the Ethereum keystore. Alternatively set
+    /// GPUCHAIN_KEYSTORE_PASSWORD. The password is never taken as a flag value so that it
+    /// does not show in the process list.
+    #[arg(long, env = "GPUCHAIN_KEYSTORE_PASSWORD_FILE", value_name = "FILE")]
+    pub keystore_password_file: Option<PathBuf>,
+}

@@ -1,0 +1,283 @@
+//! Node configuration: defaults, then the TOML file, then environment and flags (clap merges
+//! those two), each layer overriding the one before.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use libp2p::Multiaddr;
+use serde::{Deserialize, Serialize};
+
+use crate::cli::NodeArgs;
+
+/// Env var holding the keystore password (alternative to a password file).
+pub const PASSWORD_ENV: &str = "GPUCHAIN_KEYSTORE_PASSWORD";
+pub const DEFAULT_HEARTBEAT_PERIOD: Duration = Duration::from_millis(100);
+pub const DEFAULT_BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Client,
+    Provider,
+    Verifier,
+}
+
+/// The TOML file's shape: every key optional, unknown keys rejected so that a typo is an
+/// error instead of a silently ignored setting.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    roles: Option<Vec<Role>>,
+    bootstrap: Option<Vec<String>>,
+    data_dir: Option<PathBuf>,
+    listen: Option<Vec<String>>,
+    api: Option<SocketAddr>,
+    blob_bind: Option<SocketAddr>,
+    relay: Option<String>,
+    heartbeat_period_ms: Option<u64>,
+    heartbeat_topics: Option<Vec<String>>,
+    bootstrap_timeout_secs: Option<u64>,
+    keystore_password_file: Option<PathBuf>,
+    chain_id: Option<u64>,
+    escrow: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub roles: BTreeSet<Role>,
+    pub bootstrap: Vec<Multiaddr>,
+    pub data_dir: PathBuf,
+    pub listen: Vec<Multiaddr>,
+    pub api: Option<SocketAddr>,
+    pub blob_bind: SocketAddr,
+    pub relay: Option<iroh::RelayUrl>,
+    pub heartbeat_period: Duration,
+    pub heartbeat_topics: Vec<String>,
+    pub bootstrap_timeout: Duration,
+    pub keystore_password_file: Option<PathBuf>,
+    pub escrow_domain: gpuchain_protocol::eip712::EscrowDomain,
+}
+
+/// anvil's chain id: the local testnet's, and the default until the chain client lands.
+pub const DEFAULT_CHAIN_ID: u64 = 31337;
+
+impl NodeConfig {
+    pub fn from_args(args: &NodeArgs) -> Result<Self> {
+        let file = match &args.config {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+
+        let roles: BTreeSet<Role> = if args.roles.is_empty() {
+            file.roles.unwrap_or_default().into_iter().collect()
+        } else {
+            args.roles.iter().copied().collect()
+        };
+        let bootstrap = pick_list(&args.bootstrap, file.bootstrap)
+            .iter()
+            .map(|s| parse_multiaddr(s, "bootstrap"))
+            .collect::<Result<Vec<_>>>()?;
+        let mut listen = pick_list(&args.listen, file.listen)
+            .iter()
+            .map(|s| parse_multiaddr(s, "listen"))
+            .collect::<Result<Vec<_>>>()?;
+        if listen.is_empty() {
+            listen = vec![
+                parse_multiaddr("/ip4/0.0.0.0/tcp/4001", "listen")?,
+                parse_multiaddr("/ip4/0.0.0.0/udp/4001/quic-v1", "listen")?,
+            ];
+        }
+        let data_dir = args.data_dir.clone().or(file.data_dir).ok_or_else(|| {
+            anyhow!(
+                "no data dir: pass --data-dir DIR, set GPUCHAIN_DATA_DIR, or put data_dir in the config file"
+            )
+        })?;
+        let api = args.api.or(file.api);
+        if let Some(api) = api
+            && !api.ip().is_loopback()
+        {
+            bail!(
+                "--api {api}: the control API has no authentication, so it only binds loopback addresses (127.0.0.1 or [::1])"
+            );
+        }
+        let relay = match args.relay.clone().or(file.relay) {
+            None => None,
+            Some(s) => Some(s.parse::<iroh::RelayUrl>().map_err(|e| {
+                anyhow!(
+                    "--relay {s:?} is not a relay URL ({e}); give e.g. https://relay.example.org"
+                )
+            })?),
+        };
+        let heartbeat_ms = args.heartbeat_period_ms.or(file.heartbeat_period_ms);
+        let heartbeat_period = match heartbeat_ms {
+            Some(0) => bail!("--heartbeat-period-ms must be at least 1"),
+            Some(ms) => Duration::from_millis(ms),
+            None => DEFAULT_HEARTBEAT_PERIOD,
+        };
+        let heartbeat_topics = pick_list(&args.heartbeat_topics, file.heartbeat_topics);
+        for t in &heartbeat_topics {
+            crate::topics::check_topic(t)?;
+        }
+        let bootstrap_timeout = args
+            .bootstrap_timeout_secs
+            .or(file.bootstrap_timeout_secs)
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_BOOTSTRAP_TIMEOUT);
+        let escrow = match args.escrow.clone().or(file.escrow) {
+            None => gpuchain_protocol::types::Address::ZERO,
+            Some(s) => s.parse().map_err(|e| {
+                anyhow!("--escrow {s:?} is not an Ethereum address ({e}); give 0x followed by 40 hex digits")
+            })?,
+        };
+        let escrow_domain = gpuchain_protocol::eip712::EscrowDomain {
+            chain_id: args.chain_id.or(file.chain_id).unwrap_or(DEFAULT_CHAIN_ID),
+            escrow,
+        };
+        Ok(Self {
+            escrow_domain,
+            roles,
+            bootstrap,
+            data_dir,
+            listen,
+            api,
+            blob_bind: args
+                .blob_bind
+                .or(file.blob_bind)
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            relay,
+            heartbeat_period,
+            heartbeat_topics,
+            bootstrap_timeout,
+            keystore_password_file: args
+                .keystore_password_file
+                .clone()
+                .or(file.keystore_password_file),
+        })
+    }
+
+    /// The keystore password: from the file when one is configured, else from the env var.
+    pub fn keystore_password(&self) -> Result<String> {
+        if let Some(path) = &self.keystore_password_file {
+            let text = std::fs::read_to_string(path).with_context(|| {
+                format!(
+                    "cannot read the keystore password file {}: check the path and its permissions",
+                    path.display()
+                )
+            })?;
+            let pw = text.trim_end_matches(['\n', '\r']).to_string();
+            if pw.is_empty() {
+                bail!("the keystore password file {} is empty", path.display());
+            }
+            return Ok(pw);
+        }
+        match std::env::var(PASSWORD_ENV) {
+            Ok(pw) if !pw.is_empty() => Ok(pw),
+            _ => bail!(
+                "the Ethereum keystore needs a password: set {PASSWORD_ENV} or pass --keystore-password-file FILE"
+            ),
+        }
+    }
+}
+
+fn pick_list(flag: &[String], file: Option<Vec<String>>) -> Vec<String> {
+    if flag.is_empty() {
+        file.unwrap_or_default()
+    } else {
+        flag.to_vec()
+    }
+}
+
+fn parse_multiaddr(s: &str, what: &str) -> Result<Multiaddr> {
+    s.parse::<Multiaddr>().map_err(|e| {
+        anyhow!("--{what} {s:?} is not a multiaddr ({e}); expected e.g. /ip4/127.0.0.1/tcp/4001")
+    })
+}
+
+fn load_file(path: &Path) -> Result<FileConfig> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read config file {}: check that it exists and is readable",
+            path.display()
+        )
+    })?;
+    toml::from_str(&text).map_err(|e| {
+        anyhow!(
+            "config file {} is not valid: {}",
+            path.display(),
+            e.to_string().trim_end()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> NodeArgs {
+        NodeArgs {
+            data_dir: Some(PathBuf::from("d")),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = NodeConfig::from_args(&args()).expect("config");
+        assert_eq!(c.heartbeat_period, DEFAULT_HEARTBEAT_PERIOD);
+        assert_eq!(c.listen.len(), 2);
+        assert!(c.relay.is_none());
+    }
+
+    #[test]
+    fn flag_beats_file() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "heartbeat_period_ms = 250\nroles = [\"verifier\"]\n").expect("write");
+        let mut a = args();
+        a.config = Some(p.clone());
+        let c = NodeConfig::from_args(&a).expect("config");
+        assert_eq!(c.heartbeat_period, Duration::from_millis(250));
+        assert!(c.roles.contains(&Role::Verifier));
+        a.heartbeat_period_ms = Some(50);
+        let c = NodeConfig::from_args(&a).expect("config");
+        assert_eq!(c.heartbeat_period, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "heartbeat_period = 250\n").expect("write");
+        let mut a = args();
+        a.config = Some(p);
+        let e = NodeConfig::from_args(&a).expect_err("unknown key");
+        assert!(e.to_string().contains("heartbeat_period"), "{e}");
+
+        let mut a = args();
+        a.bootstrap = vec!["not-an-addr".into()];
+        assert!(NodeConfig::from_args(&a).is_err());
+
+        let mut a = args();
+        a.api = Some("0.0.0.0:1".parse().expect("addr"));
+        assert!(NodeConfig::from_args(&a).is_err());
+
+        let mut a = args();
+        a.data_dir = None;
+        assert!(NodeConfig::from_args(&a).is_err());
+    }
+}

@@ -1,0 +1,643 @@
+//! The event loop: owns the swarm, feeds it commands from [`crate::handle::NodeHandle`],
+//! validates gossip through the [`GossipValidator`] seam, keeps peer state, publishes
+//! heartbeats and hellos. Blob transfers run beside it on the cloneable [`BlobNode`].
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow, bail};
+use futures::StreamExt;
+use iroh::EndpointId;
+use libp2p::core::ConnectedPoint;
+use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance};
+use libp2p::swarm::dial_opts::DialOpts;
+use libp2p::swarm::{ConnectionId, SwarmEvent};
+use libp2p::{Multiaddr, PeerId, Swarm, identify, kad};
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::behaviour::{Behaviour, BehaviourEvent};
+use crate::blobs::BlobNode;
+use crate::config::{NodeConfig, Role};
+use crate::scoring;
+use crate::state::{HeartbeatStats, NodeState, PeerInfo, ReceivedMessage};
+use crate::topics::{self, HELLO_TOPIC, JOBS_TOPIC};
+use crate::validation::{GossipValidator, Verdict};
+use crate::wire::{
+    DeviceKind, Hardware, Heartbeat, MAX_MESSAGE_SIZE, Message, NodeHello, WireRole,
+    encode_blob_endpoint, kind_name, now_us, parse_blob_endpoint,
+};
+use gpuchain_protocol::signing::{Sig65, SigningKey};
+use gpuchain_protocol::types::Address;
+
+/// Bounded command queue between the handles and the loop.
+pub const COMMAND_QUEUE: usize = 256;
+/// Connections we open on our own to peers found through Kademlia, beyond which we stop.
+pub const TARGET_PEERS: usize = 24;
+/// A hello is (re)sent this long after a peer joins the jobs topic, batching joins.
+const HELLO_DEBOUNCE: Duration = Duration::from_millis(300);
+/// Heartbeat `seq` values within this distance of our clock are taken as send times for the
+/// latency figures (see `publish_heartbeats`).
+const LATENCY_WINDOW_US: u64 = 60_000_000;
+/// And in any case this often, so late joiners and lost messages are covered.
+const HELLO_PERIOD: Duration = Duration::from_secs(30);
+const HOUSEKEEPING: Duration = Duration::from_millis(100);
+
+#[derive(Debug)]
+pub enum Command {
+    Status(oneshot::Sender<Status>),
+    Peers(oneshot::Sender<Vec<PeerInfo>>),
+    Publish {
+        topic: String,
+        data: Vec<u8>,
+        reply: oneshot::Sender<Result<String>>,
+    },
+    Subscribe {
+        topic: String,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Heartbeat {
+        topic: String,
+        on: bool,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Messages {
+        since: u64,
+        reply: oneshot::Sender<Vec<ReceivedMessage>>,
+    },
+    HeartbeatStats {
+        raw: bool,
+        reset: bool,
+        reply: oneshot::Sender<HeartbeatStats>,
+    },
+    /// Endpoints to fetch a blob from, best first: the named peers, then connected peers,
+    /// then peers we know but are not connected to.
+    BlobSources {
+        preferred: Vec<PeerId>,
+        reply: oneshot::Sender<Vec<EndpointId>>,
+    },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub peer_id: String,
+    pub eth_address: String,
+    pub roles: Vec<Role>,
+    pub listen_addrs: Vec<String>,
+    pub blob_endpoint: String,
+    pub blob_addrs: Vec<std::net::SocketAddr>,
+    pub connected_peers: usize,
+    pub topics: Vec<String>,
+    pub mesh_peers: usize,
+    pub heartbeat_topics: Vec<String>,
+    pub heartbeat_period_ms: u64,
+    pub counters: crate::state::Counters,
+    pub uptime_ms: u64,
+}
+
+pub struct EventLoop<V: GossipValidator> {
+    swarm: Swarm<Behaviour>,
+    blobs: BlobNode,
+    validator: V,
+    commands: mpsc::Receiver<Command>,
+    shutdown: watch::Receiver<bool>,
+    state: NodeState,
+    roles: BTreeSet<Role>,
+    eth_key: SigningKey,
+    eth_address: Address,
+    heartbeat_period: Duration,
+    heartbeat_topics: BTreeSet<String>,
+    heartbeat_seq: u64,
+    last_heartbeat_us: u64,
+    hello_due: Option<Instant>,
+    bootstrap_dials: HashSet<ConnectionId>,
+    bootstrap_errors: Vec<String>,
+    bootstrapped: bool,
+    kad_bootstrapped: bool,
+    started: Instant,
+}
+
+impl<V: GossipValidator> EventLoop<V> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        swarm: Swarm<Behaviour>,
+        blobs: BlobNode,
+        validator: V,
+        commands: mpsc::Receiver<Command>,
+        shutdown: watch::Receiver<bool>,
+        config: &NodeConfig,
+        eth_key: SigningKey,
+    ) -> Self {
+        Self {
+            swarm,
+            blobs,
+            validator,
+            commands,
+            shutdown,
+            state: NodeState::default(),
+            roles: config.roles.clone(),
+            eth_address: eth_key.address(),
+            eth_key,
+            heartbeat_period: config.heartbeat_period,
+            heartbeat_topics: BTreeSet::new(),
+            heartbeat_seq: 0,
+            last_heartbeat_us: 0,
+            hello_due: None,
+            bootstrap_dials: HashSet::new(),
+            bootstrap_errors: Vec::new(),
+            bootstrapped: config.bootstrap.is_empty(),
+            kad_bootstrapped: false,
+            started: Instant::now(),
+        }
+    }
+
+    /// Listens, dials the bootstrap peers and subscribes; errors here are configuration
+    /// problems reported before the loop starts.
+    pub fn start(&mut self, config: &NodeConfig) -> Result<()> {
+        for addr in &config.listen {
+            self.swarm.listen_on(addr.clone()).map_err(|e| {
+                anyhow!("cannot listen on {addr}: {e}; pick another address or port")
+            })?;
+        }
+        self.subscribe(JOBS_TOPIC)?;
+        self.subscribe(HELLO_TOPIC)?;
+        for topic in &config.heartbeat_topics {
+            self.subscribe(topic)?;
+            self.heartbeat_topics.insert(topic.clone());
+        }
+        for addr in &config.bootstrap {
+            let opts = DialOpts::unknown_peer_id().address(addr.clone()).build();
+            let id = opts.connection_id();
+            self.swarm
+                .dial(opts)
+                .map_err(|e| anyhow!("cannot dial bootstrap peer {addr}: {e}"))?;
+            self.bootstrap_dials.insert(id);
+        }
+        Ok(())
+    }
+
+    pub async fn run(mut self, bootstrap_timeout: Duration) -> Result<()> {
+        let mut heartbeat = tokio::time::interval(self.heartbeat_period);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
+        let bootstrap_deadline = tokio::time::sleep(bootstrap_timeout);
+        tokio::pin!(bootstrap_deadline);
+        let mut last_hello = Instant::now();
+        loop {
+            tokio::select! {
+                event = self.swarm.select_next_some() => self.on_swarm_event(event)?,
+                cmd = self.commands.recv() => match cmd {
+                    Some(cmd) => self.on_command(cmd),
+                    None => break,
+                },
+                _ = heartbeat.tick(), if !self.heartbeat_topics.is_empty() => self.publish_heartbeats(),
+                _ = housekeeping.tick() => {
+                    let due = self.hello_due.is_some_and(|t| Instant::now() >= t)
+                        || last_hello.elapsed() >= HELLO_PERIOD;
+                    if due {
+                        self.hello_due = None;
+                        last_hello = Instant::now();
+                        self.publish_hello();
+                    }
+                }
+                _ = &mut bootstrap_deadline, if !self.bootstrapped => {
+                    bail!(
+                        "no bootstrap peer answered within {}s ({}); check the --bootstrap address and that the peer is running",
+                        bootstrap_timeout.as_secs(),
+                        if self.bootstrap_errors.is_empty() { "no reply".to_string() } else { self.bootstrap_errors.join("; ") }
+                    );
+                }
+                changed = self.shutdown.changed() => {
+                    if changed.is_err() || *self.shutdown.borrow() {
+                        break;
+                    }
+                }
+            }
+        }
+        tracing::info!(target: "gpuchain::event", event = "shutdown", "event loop stopped");
+        Ok(())
+    }
+
+    fn subscribe(&mut self, topic: &str) -> Result<()> {
+        topics::check_topic(topic)?;
+        let t = IdentTopic::new(topic);
+        let gs = &mut self.swarm.behaviour_mut().gossipsub;
+        gs.subscribe(&t)
+            .map_err(|e| anyhow!("cannot subscribe to {topic}: {e}"))?;
+        gs.set_topic_params(t, scoring::topic_params())
+            .map_err(|e| anyhow!("topic score params for {topic}: {e}"))?;
+        Ok(())
+    }
+
+    fn publish(&mut self, topic: &str, data: Vec<u8>) -> Result<String> {
+        topics::check_topic(topic)?;
+        if data.len() > MAX_MESSAGE_SIZE {
+            bail!(
+                "message of {} bytes exceeds the {MAX_MESSAGE_SIZE}-byte limit",
+                data.len()
+            );
+        }
+        match self
+            .swarm
+            .behaviour_mut()
+            .gossipsub
+            .publish(IdentTopic::new(topic), data)
+        {
+            Ok(id) => {
+                self.state.counters.published += 1;
+                Ok(id.to_string())
+            }
+            Err(e) => {
+                self.state.counters.publish_failed += 1;
+                Err(anyhow!("publish on {topic} failed: {e}"))
+            }
+        }
+    }
+
+    /// Heartbeats from this driver (tests, benchmarks) carry the send time in microseconds
+    /// as `seq`: strictly increasing, as the protocol requires, and it lets every receiver
+    /// measure gossip latency. The provider state machine will own `seq` once jobs run.
+    fn publish_heartbeats(&mut self) {
+        let topics: Vec<String> = self.heartbeat_topics.iter().cloned().collect();
+        for topic in topics {
+            let Some(job_id) = topics::job_id_of(&topic) else {
+                continue;
+            };
+            self.heartbeat_seq += 1;
+            let seq = now_us().max(self.last_heartbeat_us + 1);
+            self.last_heartbeat_us = seq;
+            let msg = Message::Heartbeat(
+                Heartbeat {
+                    job_id,
+                    epoch: 0,
+                    provider: self.eth_address,
+                    seq,
+                    step: self.heartbeat_seq,
+                    loss: 0.0,
+                    signature: Sig65::ZERO,
+                }
+                .sign(&self.eth_key),
+            );
+            match self.publish(&topic, msg.encode()) {
+                Ok(_) => self.state.counters.heartbeats_sent += 1,
+                Err(e) => tracing::debug!(%topic, error = %e, "heartbeat not sent"),
+            }
+        }
+    }
+
+    fn hello(&self) -> NodeHello {
+        let roles = self
+            .roles
+            .iter()
+            .map(|r| match r {
+                Role::Client => WireRole::Client,
+                Role::Provider => WireRole::Provider,
+                Role::Verifier => WireRole::Verifier,
+            })
+            .collect();
+        NodeHello {
+            peer_id: self.swarm.local_peer_id().to_bytes(),
+            address: self.eth_address,
+            roles,
+            // The trainer will report the real device; until then the node claims nothing.
+            hardware: Hardware {
+                device: DeviceKind::Cpu,
+                memory_bytes: 0,
+            },
+            blob_endpoint: encode_blob_endpoint(
+                &hex::encode(self.blobs.id().as_bytes()),
+                &self.blobs.socket_addrs(),
+            ),
+            issued_at: now_us() / 1_000_000,
+            signature: Sig65::ZERO,
+        }
+        .sign(&self.eth_key)
+    }
+
+    fn publish_hello(&mut self) {
+        let data = Message::NodeHello(self.hello()).encode();
+        if let Err(e) = self.publish(HELLO_TOPIC, data) {
+            tracing::debug!(error = %e, "hello not sent");
+        }
+    }
+
+    fn on_command(&mut self, cmd: Command) {
+        // A dropped reply receiver only means the caller gave up waiting.
+        match cmd {
+            Command::Status(reply) => {
+                let _ = reply.send(self.status());
+            }
+            Command::Peers(reply) => {
+                let _ = reply.send(self.peers());
+            }
+            Command::Publish { topic, data, reply } => {
+                let _ = reply.send(self.publish(&topic, data));
+            }
+            Command::Subscribe { topic, reply } => {
+                let _ = reply.send(self.subscribe(&topic));
+            }
+            Command::Heartbeat { topic, on, reply } => {
+                let r = if on {
+                    if topics::is_job_topic(&topic) {
+                        self.subscribe(&topic).map(|()| {
+                            self.heartbeat_topics.insert(topic);
+                        })
+                    } else {
+                        Err(anyhow!(
+                            "heartbeats go on a job topic ({}<decimal job id>)",
+                            topics::JOB_TOPIC_PREFIX
+                        ))
+                    }
+                } else {
+                    self.heartbeat_topics.remove(&topic);
+                    Ok(())
+                };
+                let _ = reply.send(r);
+            }
+            Command::Messages { since, reply } => {
+                let v = self
+                    .state
+                    .messages
+                    .iter()
+                    .filter(|m| m.seq >= since)
+                    .cloned()
+                    .collect();
+                let _ = reply.send(v);
+            }
+            Command::HeartbeatStats { raw, reset, reply } => {
+                let _ = reply.send(self.state.heartbeat_stats(raw, reset));
+            }
+            Command::BlobSources { preferred, reply } => {
+                let _ = reply.send(self.blob_sources(&preferred));
+            }
+        }
+    }
+
+    fn blob_sources(&self, preferred: &[PeerId]) -> Vec<EndpointId> {
+        let mut out: Vec<EndpointId> = Vec::new();
+        let push = |p: &PeerId, out: &mut Vec<EndpointId>| {
+            if let Some(id) = crate::identity::endpoint_id(p)
+                && self.blobs.knows(id)
+                && !out.contains(&id)
+            {
+                out.push(id);
+            }
+        };
+        for p in preferred {
+            push(p, &mut out);
+        }
+        let mut known: Vec<(&PeerId, bool)> = self
+            .state
+            .peers
+            .iter()
+            .filter(|(_, r)| !r.blob_addrs.is_empty())
+            .map(|(p, r)| (p, r.connections > 0))
+            .collect();
+        // Connected peers first: a peer we lost the libp2p link to is likely gone.
+        known.sort_by_key(|(_, connected)| !connected);
+        for (p, _) in known {
+            push(p, &mut out);
+        }
+        out
+    }
+
+    fn status(&self) -> Status {
+        let gs = &self.swarm.behaviour().gossipsub;
+        Status {
+            peer_id: self.swarm.local_peer_id().to_string(),
+            eth_address: self.eth_address.to_string(),
+            roles: self.roles.iter().copied().collect(),
+            listen_addrs: self.swarm.listeners().map(|a| a.to_string()).collect(),
+            blob_endpoint: hex::encode(self.blobs.id().as_bytes()),
+            blob_addrs: self.blobs.socket_addrs(),
+            connected_peers: self.swarm.connected_peers().count(),
+            topics: gs.topics().map(|t| t.to_string()).collect(),
+            mesh_peers: gs.all_mesh_peers().count(),
+            heartbeat_topics: self.heartbeat_topics.iter().cloned().collect(),
+            heartbeat_period_ms: self.heartbeat_period.as_millis() as u64,
+            counters: self.state.counters.clone(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+        }
+    }
+
+    fn peers(&self) -> Vec<PeerInfo> {
+        let gs = &self.swarm.behaviour().gossipsub;
+        let mut v: Vec<PeerInfo> = self
+            .state
+            .peers
+            .iter()
+            .map(|(id, r)| PeerInfo {
+                peer_id: id.to_string(),
+                connected: r.connections > 0,
+                addrs: r.addrs.iter().map(|a| a.to_string()).collect(),
+                agent: r.agent.clone(),
+                score: gs.peer_score(id),
+                blob_endpoint: if r.blob_addrs.is_empty() {
+                    None
+                } else {
+                    crate::identity::endpoint_id_hex(id)
+                },
+                blob_addrs: r.blob_addrs.clone(),
+                roles: r.roles.clone(),
+                eth_address: r.eth_address.clone(),
+                rejected_messages: r.rejected_messages,
+            })
+            .collect();
+        v.sort_by(|a, b| a.peer_id.cmp(&b.peer_id));
+        v
+    }
+
+    fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) -> Result<()> {
+        match event {
+            SwarmEvent::NewListenAddr { address, .. } => {
+                let full = address.clone().with(libp2p::multiaddr::Protocol::P2p(
+                    *self.swarm.local_peer_id(),
+                ));
+                tracing::info!(target: "gpuchain::event", event = "listening", addr = %full, "listening");
+            }
+            SwarmEvent::ConnectionEstablished {
+                peer_id,
+                connection_id,
+                endpoint,
+                ..
+            } => {
+                if self.bootstrap_dials.remove(&connection_id) && !self.bootstrapped {
+                    self.bootstrapped = true;
+                    tracing::info!(target: "gpuchain::event", event = "bootstrapped", peer = %peer_id, "joined the swarm");
+                }
+                let now = now_us();
+                let rec = self.state.peer(peer_id);
+                rec.connections += 1;
+                rec.last_seen = now;
+                if let ConnectedPoint::Dialer { address, .. } = &endpoint {
+                    let addr = strip_p2p(address);
+                    if !rec.addrs.contains(&addr) {
+                        rec.addrs.push(addr.clone());
+                    }
+                    self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
+                }
+                tracing::debug!(target: "gpuchain::event", event = "connected", peer = %peer_id);
+            }
+            SwarmEvent::ConnectionClosed { peer_id, .. } => {
+                let rec = self.state.peer(peer_id);
+                rec.connections = rec.connections.saturating_sub(1);
+                rec.last_seen = now_us();
+                tracing::debug!(target: "gpuchain::event", event = "disconnected", peer = %peer_id);
+            }
+            SwarmEvent::OutgoingConnectionError {
+                connection_id,
+                error,
+                ..
+            } if self.bootstrap_dials.remove(&connection_id) => {
+                self.bootstrap_errors.push(error.to_string());
+                if self.bootstrap_dials.is_empty() && !self.bootstrapped {
+                    bail!(
+                        "could not reach any bootstrap peer: {}; check the --bootstrap address and that the peer is running",
+                        self.bootstrap_errors.join("; ")
+                    );
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(ev)) => self.on_gossip(ev),
+            SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received {
+                peer_id,
+                info,
+                ..
+            })) => {
+                let kad = &mut self.swarm.behaviour_mut().kad;
+                for addr in &info.listen_addrs {
+                    if is_dialable(addr) {
+                        kad.add_address(&peer_id, addr.clone());
+                    }
+                }
+                if !self.kad_bootstrapped && kad.bootstrap().is_ok() {
+                    self.kad_bootstrapped = true;
+                }
+                let rec = self.state.peer(peer_id);
+                rec.agent = Some(info.agent_version);
+                for addr in info.listen_addrs.into_iter().filter(is_dialable) {
+                    if !rec.addrs.contains(&addr) && rec.addrs.len() < 16 {
+                        rec.addrs.push(addr);
+                    }
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::RoutingUpdated {
+                peer, ..
+            })) => {
+                let connected = self.swarm.is_connected(&peer);
+                if !connected && self.swarm.connected_peers().count() < TARGET_PEERS {
+                    // Widen the mesh beyond the bootstrap node; failures are routine.
+                    let _ = self.swarm.dial(peer);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_gossip(&mut self, ev: gossipsub::Event) {
+        match ev {
+            gossipsub::Event::Message {
+                propagation_source,
+                message_id,
+                message,
+            } => {
+                let topic = message.topic.as_str().to_string();
+                let (verdict, decoded) =
+                    self.validator
+                        .validate(&topic, message.source.as_ref(), &message.data);
+                let acceptance = match &verdict {
+                    Verdict::Accept => MessageAcceptance::Accept,
+                    Verdict::Ignore(_) => MessageAcceptance::Ignore,
+                    Verdict::Reject(_) => MessageAcceptance::Reject,
+                };
+                self.swarm
+                    .behaviour_mut()
+                    .gossipsub
+                    .report_message_validation_result(&message_id, &propagation_source, acceptance);
+                match verdict {
+                    Verdict::Accept => self.state.counters.accepted += 1,
+                    Verdict::Ignore(reason) => {
+                        self.state.counters.ignored += 1;
+                        tracing::debug!(target: "gpuchain::event", event = "gossip_ignored", peer = %propagation_source, %topic, %reason);
+                        return;
+                    }
+                    Verdict::Reject(reason) => {
+                        self.state.counters.rejected += 1;
+                        self.state.peer(propagation_source).rejected_messages += 1;
+                        tracing::warn!(target: "gpuchain::event", event = "gossip_rejected", peer = %propagation_source, %topic, %reason, "rejected gossip message");
+                        return;
+                    }
+                }
+                let Some(msg) = decoded else { return };
+                let received_at_us = now_us();
+                let kind = kind_name(&msg);
+                self.state.push_message(ReceivedMessage {
+                    seq: 0,
+                    topic: topic.clone(),
+                    source: message.source.map(|s| s.to_string()),
+                    propagation_source: propagation_source.to_string(),
+                    message_id: message_id.to_string(),
+                    kind: kind.to_string(),
+                    size: message.data.len(),
+                    received_at_us,
+                    data_hex: hex::encode(&message.data),
+                });
+                // The protocol state machines will take every accepted message from here.
+                match msg {
+                    Message::NodeHello(h) => {
+                        if let Some(source) = message.source {
+                            self.on_hello(source, h);
+                        }
+                    }
+                    Message::Heartbeat(hb) => {
+                        let latency = (received_at_us.abs_diff(hb.seq) < LATENCY_WINDOW_US)
+                            .then(|| received_at_us.saturating_sub(hb.seq));
+                        self.state.record_heartbeat(&topic, latency);
+                    }
+                    _ => {}
+                }
+            }
+            gossipsub::Event::Subscribed { peer_id, topic } => {
+                if topic.as_str() == HELLO_TOPIC && self.hello_due.is_none() {
+                    self.hello_due = Some(Instant::now() + HELLO_DEBOUNCE);
+                }
+                tracing::debug!(peer = %peer_id, %topic, "peer subscribed");
+            }
+            _ => {}
+        }
+    }
+
+    fn on_hello(&mut self, source: PeerId, h: NodeHello) {
+        // The validator checked that the endpoint id is the one derived from `source`.
+        let addrs = parse_blob_endpoint(&h.blob_endpoint)
+            .map(|(_, a)| a)
+            .unwrap_or_default();
+        if let Some(id) = crate::identity::endpoint_id(&source) {
+            self.blobs.learn(id, &addrs);
+        }
+        let rec = self.state.peer(source);
+        rec.blob_addrs = addrs;
+        rec.roles = h
+            .roles
+            .iter()
+            .map(|r| format!("{r:?}").to_lowercase())
+            .collect();
+        rec.eth_address = Some(h.address.to_string());
+        rec.last_seen = now_us();
+        tracing::debug!(target: "gpuchain::event", event = "hello", peer = %source);
+    }
+}
+
+fn strip_p2p(addr: &Multiaddr) -> Multiaddr {
+    addr.iter()
+        .filter(|p| !matches!(p, libp2p::multiaddr::Protocol::P2p(_)))
+        .collect()
+}
+
+fn is_dialable(addr: &Multiaddr) -> bool {
+    !addr.iter().any(|p| match p {
+        libp2p::multiaddr::Protocol::Ip4(ip) => ip.is_unspecified(),
+        libp2p::multiaddr::Protocol::Ip6(ip) => ip.is_unspecified(),
+        _ => false,
+    })
+}
