@@ -1,0 +1,128 @@
+//! `gpuchain sim ...`: the node binary mounts [`SimCommand`] and calls [`run_cli`].
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+
+use crate::config::SimConfig;
+use crate::{SimError, presets};
+
+#[derive(Debug, Args)]
+pub struct SimCommand {
+    #[command(subcommand)]
+    pub action: SimAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimAction {
+    /// Run a preset (nov4, break-it, faults, churn-10k) or a config file (.toml).
+    Run(RunArgs),
+    /// List the presets.
+    Presets,
+    /// Print a preset as TOML, a starting point for a config file.
+    Show { preset: String },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Preset name or path to a TOML config.
+    pub target: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Run this many seeds from --seed on; stop at the first checker failure.
+    #[arg(long, default_value_t = 1)]
+    pub seeds: u64,
+    /// Write the JSON report here (default: print the text report only).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write SVG plots into this directory.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+    /// Write the escrow call log (JSON) here, for replay against the contract.
+    #[arg(long)]
+    pub calls: Option<PathBuf>,
+    /// Who plays the roles: `protocol` (the protocol crate's machines; small runs) or
+    /// `stand-in` (the sim's own behaviours; any scale). Default: the config's.
+    #[arg(long)]
+    pub driver: Option<String>,
+}
+
+pub fn load(target: &str) -> Result<SimConfig> {
+    if let Some(cfg) = presets::by_name(target) {
+        return Ok(cfg);
+    }
+    if !target.ends_with(".toml") {
+        bail!(
+            "unknown preset `{target}` (presets: {})",
+            presets::NAMES.join(", ")
+        );
+    }
+    let text = std::fs::read_to_string(target).with_context(|| format!("reading {target}"))?;
+    let mut cfg = SimConfig::from_toml(&text).with_context(|| format!("in {target}"))?;
+    if cfg.name == SimConfig::default().name {
+        cfg.name = target.to_string();
+    }
+    Ok(cfg)
+}
+
+pub fn run_cli(cmd: SimCommand) -> Result<()> {
+    match cmd.action {
+        SimAction::Presets => {
+            for n in presets::NAMES {
+                println!("{n}");
+            }
+            Ok(())
+        }
+        SimAction::Show { preset } => {
+            let cfg =
+                presets::by_name(&preset).with_context(|| format!("unknown preset `{preset}`"))?;
+            print!("{}", cfg.to_toml());
+            Ok(())
+        }
+        SimAction::Run(args) => run_args(args),
+    }
+}
+
+fn run_args(args: RunArgs) -> Result<()> {
+    let mut cfg = load(&args.target)?;
+    if args.calls.is_some() {
+        cfg.keep_call_log = true;
+    }
+    match args.driver.as_deref() {
+        None => {}
+        Some("protocol") => cfg.driver = crate::config::DriverKind::Protocol,
+        Some("stand-in") => cfg.driver = crate::config::DriverKind::StandIn,
+        Some(other) => bail!("--driver must be `protocol` or `stand-in`, not `{other}`"),
+    }
+    for seed in args.seed..args.seed.saturating_add(args.seeds.max(1)) {
+        let started = Instant::now();
+        let outcome = match crate::run(cfg.clone(), seed) {
+            Ok(o) => o,
+            Err(e @ SimError::Checker { .. }) => bail!("{e}"),
+            Err(e) => return Err(e.into()),
+        };
+        let wall = started.elapsed().as_secs_f64();
+        print!("{}", outcome.report.to_text());
+        // Wall time is not part of the report: the report must not depend on the machine.
+        eprintln!(
+            "wall time {wall:.2} s, {:.0} events/s",
+            outcome.report.events as f64 / wall.max(1e-9)
+        );
+        if let Some(p) = &args.json {
+            std::fs::write(p, outcome.report.to_json())
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
+        if let Some(dir) = &args.plots {
+            for f in crate::plot::write_all(&outcome.report, dir)? {
+                eprintln!("wrote {}", f.display());
+            }
+        }
+        if let Some(p) = &args.calls {
+            let json = serde_json::to_string_pretty(&outcome.calls)?;
+            std::fs::write(p, json).with_context(|| format!("writing {}", p.display()))?;
+        }
+    }
+    Ok(())
+}

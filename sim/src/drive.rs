@@ -1,0 +1,1227 @@
+//! The adapter that runs the protocol crate's own role machines (`gpuchain_protocol::Client`,
+//! `Provider`, `Verifier`) inside the simulator, in place of the stand-ins in `roles`: gossip
+//! is delivered to a topic's subscribers over the simulated network, transactions go to the
+//! escrow model (signers recovered from the real EIP-712 signatures), escrow events come back
+//! as `Input::Chain`, and the trainer, blob store and verifier runners are answered from the
+//! training model and each checkpoint's ground truth.
+//!
+//! Real signatures are verified on every message, so this driver is for small runs (presets,
+//! a handful of seeds); the stand-ins remain the scale path (see README.md).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use gpuchain_protocol as gp;
+use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
+use gpuchain_protocol::eip712::{BidFields, EscrowDomain, VoteFields};
+use gpuchain_protocol::io::{Input, Notice, Output, QualityReport, StateMachine};
+use gpuchain_protocol::messages::{DeviceKind, Hardware};
+use gpuchain_protocol::signing::SigningKey;
+use gpuchain_protocol::spec::JobSpec;
+use gpuchain_protocol::wire::Message;
+use gpuchain_protocol::{Address, B256, Time, U256};
+
+use crate::cheat::{Observed, quality_ok};
+use crate::escrow::{self, BidSig, Call, Epoch, Hash, JobId, Step, VoteSig};
+use crate::queue::Millis;
+use crate::training;
+use crate::world::{Event, Msg, NodeId, Timer, World, ms};
+
+pub enum Machine {
+    Client(Box<gp::Client>),
+    Provider(Box<gp::Provider>),
+    Verifier(Box<gp::Verifier>),
+}
+
+impl Machine {
+    fn sm(&mut self) -> &mut dyn StateMachine {
+        match self {
+            Machine::Client(m) => m.as_mut(),
+            Machine::Provider(m) => m.as_mut(),
+            Machine::Verifier(m) => m.as_mut(),
+        }
+    }
+}
+
+/// A provider's trainer, as the training model runs it.
+#[derive(Clone, Debug)]
+struct TrainRun {
+    job: JobId,
+    epoch: Epoch,
+    from_step: Step,
+    until: Step,
+    interval: Step,
+    parent_step: Step,
+    parent: B256,
+    started: Option<Millis>,
+}
+
+pub struct Driver {
+    pub machines: Vec<Option<Machine>>,
+    addresses: Vec<Address>,
+    nodes: BTreeMap<Address, NodeId>,
+    subs: BTreeMap<String, BTreeSet<NodeId>>,
+    to_id: HashMap<B256, Hash>,
+    to_b256: HashMap<Hash, B256>,
+    domain: EscrowDomain,
+    /// Armed `poll_timeout` per node, so a node has one pending poll at a time.
+    armed: Vec<Option<Millis>>,
+    tx_ids: HashMap<u64, (NodeId, TxId)>,
+    next_tag: u64,
+    training: BTreeMap<NodeId, TrainRun>,
+    job_counter: u64,
+}
+
+fn token() -> Address {
+    Address::repeat_byte(0xAA)
+}
+
+fn u256(x: u128) -> U256 {
+    U256::from(x)
+}
+
+fn u128_of(x: U256) -> Option<u128> {
+    u128::try_from(x).ok()
+}
+
+fn job_u256(j: JobId) -> U256 {
+    U256::from(j)
+}
+
+fn job_u64(j: U256) -> Option<JobId> {
+    u64::try_from(j).ok()
+}
+
+/// What an honest trainer's state hash is at `step` (deterministic training).
+fn honest_state(job: JobId, step: Step) -> B256 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"honest");
+    h.update(&job.to_le_bytes());
+    h.update(&step.to_le_bytes());
+    B256::from(*h.finalize().as_bytes())
+}
+
+fn fabricated_state(job: JobId, step: Step, epoch: Epoch) -> B256 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"fabricated");
+    h.update(&job.to_le_bytes());
+    h.update(&step.to_le_bytes());
+    h.update(&epoch.to_le_bytes());
+    B256::from(*h.finalize().as_bytes())
+}
+
+impl Driver {
+    pub fn new(w: &World) -> Driver {
+        let n = (w.cfg.clients + w.cfg.providers + w.cfg.verifiers) as usize;
+        let keys: Vec<SigningKey> = (0..n)
+            .map(|i| SigningKey::from_seed(i as u64 + 1))
+            .collect();
+        let addresses: Vec<Address> = keys.iter().map(|k| k.address()).collect();
+        let nodes = addresses
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (*a, i as NodeId))
+            .collect();
+        let domain = EscrowDomain {
+            chain_id: 31337,
+            escrow: Address::repeat_byte(0xEE),
+        };
+        let mut d = Driver {
+            machines: (0..n).map(|_| None).collect(),
+            addresses,
+            nodes,
+            subs: BTreeMap::new(),
+            to_id: HashMap::new(),
+            to_b256: HashMap::new(),
+            domain,
+            armed: vec![None; n],
+            tx_ids: HashMap::new(),
+            next_tag: 1,
+            training: BTreeMap::new(),
+            job_counter: 0,
+        };
+        for (i, key) in keys.into_iter().enumerate() {
+            let node = i as NodeId;
+            d.machines[i] = Some(d.fresh(w, node, key));
+        }
+        d
+    }
+
+    fn fresh(&mut self, w: &World, node: NodeId, key: SigningKey) -> Machine {
+        let detector = gp::detector::DetectorConfig {
+            period: std::time::Duration::from_millis(w.cfg.protocol.heartbeat_ms),
+            timeout: std::time::Duration::from_millis(w.cfg.protocol.heartbeat_timeout_ms),
+            ..Default::default()
+        };
+        if let Some(p) = w.provider_index(node) {
+            let st = &w.providers[p];
+            let hw = &w.cfg.hardware[st.hardware];
+            let hardware = Hardware {
+                device: DeviceKind::Cuda,
+                memory_bytes: hw.memory_bytes,
+            };
+            let mut cfg = gp::ProviderConfig::new(self.domain, hardware, u256(st.price));
+            cfg.heartbeat_period = detector.period;
+            cfg.bid_ttl_secs = w.cfg.protocol.bid_ttl_s.max(60);
+            self.subs
+                .entry(gp::topics::JOBS_TOPIC.to_owned())
+                .or_default()
+                .insert(node);
+            Machine::Provider(Box::new(gp::Provider::new(cfg, key)))
+        } else if w.verifier_index(node).is_some() {
+            let cfg = gp::VerifierConfig::new(self.domain, w.seed ^ u64::from(node));
+            Machine::Verifier(Box::new(gp::Verifier::new(cfg, key)))
+        } else {
+            let mut cfg = gp::ClientConfig::new(self.domain);
+            cfg.detector = detector;
+            cfg.bid_window = std::time::Duration::from_millis(w.cfg.protocol.bid_window_ms);
+            Machine::Client(Box::new(gp::Client::new(cfg, key)))
+        }
+    }
+
+    pub fn address(&self, node: NodeId) -> Address {
+        self.addresses[node as usize]
+    }
+
+    fn node(&self, a: &Address) -> Option<NodeId> {
+        self.nodes.get(a).copied()
+    }
+
+    fn id_of(&mut self, h: B256) -> Hash {
+        if let Some(id) = self.to_id.get(&h) {
+            return *id;
+        }
+        // Hashes the sim did not mint (spec hashes): numbered above every checkpoint id.
+        let id = crate::world::SPEC_HASH_BASE + self.to_id.len() as u64 + 1;
+        self.to_id.insert(h, id);
+        self.to_b256.insert(id, h);
+        id
+    }
+
+    fn b256_of(&mut self, id: Hash) -> B256 {
+        if let Some(h) = self.to_b256.get(&id) {
+            return *h;
+        }
+        let h = B256::left_padding_from(&id.to_be_bytes());
+        self.to_b256.insert(id, h);
+        self.to_id.insert(h, id);
+        h
+    }
+}
+
+impl World {
+    fn now_t(&self) -> Time {
+        Time::from_millis(self.now)
+    }
+
+    /// Feeds one input to a node's machine, then executes what it asks for.
+    fn feed(&mut self, node: NodeId, f: impl FnOnce(&mut dyn StateMachine, Time)) {
+        let now = self.now_t();
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        let Some(m) = d.machines[node as usize].as_mut() else {
+            return;
+        };
+        f(m.sm(), now);
+        self.drain(node);
+    }
+
+    fn drain(&mut self, node: NodeId) {
+        loop {
+            let Some(d) = self.driver.as_mut() else {
+                return;
+            };
+            let Some(m) = d.machines[node as usize].as_mut() else {
+                return;
+            };
+            let Some(out) = m.sm().poll_output() else {
+                break;
+            };
+            self.execute(node, out);
+        }
+        // One poll timer per node, re-armed when the machine wants an earlier one.
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        let Some(m) = d.machines[node as usize].as_mut() else {
+            return;
+        };
+        if let Some(t) = m.sm().poll_timeout() {
+            // Never zero delay: a machine that keeps reporting a due timeout must not spin
+            // the clock in place.
+            let at = t.as_millis().max(self.now + 1);
+            if d.armed[node as usize].is_none_or(|a| at < a || a < self.now) {
+                d.armed[node as usize] = Some(at);
+                let delay = at - self.now;
+                self.timer(node, delay, Timer::Poll);
+            }
+        }
+    }
+
+    fn execute(&mut self, node: NodeId, out: Output) {
+        match out {
+            Output::Publish { topic, message } => {
+                let Some(d) = self.driver.as_ref() else {
+                    return;
+                };
+                let subs: Vec<NodeId> = d
+                    .subs
+                    .get(&topic)
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default();
+                let msg = Box::new(message);
+                for to in subs {
+                    if to != node {
+                        self.send(node, to, Msg::Wire(msg.clone()));
+                    }
+                }
+            }
+            Output::Subscribe { topic } => {
+                if let Some(d) = self.driver.as_mut() {
+                    d.subs.entry(topic).or_default().insert(node);
+                }
+            }
+            Output::Unsubscribe { topic } => {
+                if let Some(d) = self.driver.as_mut()
+                    && let Some(s) = d.subs.get_mut(&topic)
+                {
+                    s.remove(&node);
+                }
+            }
+            Output::SubmitTx { id, tx } => self.submit_chain_tx(node, id, tx),
+            Output::FetchBlob { hash, from } => {
+                let source = from
+                    .and_then(|a| self.driver.as_ref().and_then(|d| d.node(&a)))
+                    .unwrap_or(0);
+                let served = self
+                    .provider_index(source)
+                    .is_none_or(|p| self.providers[p].online);
+                let bytes = self.cfg.job.checkpoint_bytes;
+                let t = if served {
+                    self.net
+                        .transfer_ms(source as usize, node as usize, bytes, &mut self.net_rng)
+                } else {
+                    None
+                };
+                let (delay, ok) = match t {
+                    Some(d) => (d, true),
+                    None => (1_000, false),
+                };
+                let Some(d) = self.driver.as_mut() else {
+                    return;
+                };
+                let hash = d.id_of(hash);
+                self.timer(node, delay, Timer::Blob { hash, ok });
+            }
+            Output::StartTraining {
+                job_id,
+                epoch,
+                from_step,
+                from_checkpoint,
+                until_step,
+                checkpoint_interval,
+                ..
+            } => {
+                let Some(job) = job_u64(job_id) else { return };
+                let run = TrainRun {
+                    job,
+                    epoch,
+                    from_step,
+                    until: until_step,
+                    interval: checkpoint_interval.max(1),
+                    parent_step: from_step,
+                    parent: from_checkpoint,
+                    started: None,
+                };
+                // A new assignment replaces whatever this trainer ran before: count that first.
+                let previous = self
+                    .driver
+                    .as_ref()
+                    .and_then(|d| d.training.get(&node))
+                    .map(|r| (r.job, r.epoch));
+                if let Some((j, e)) = previous {
+                    self.stop_run(node, j, e);
+                }
+                let Some(d) = self.driver.as_mut() else {
+                    return;
+                };
+                d.training.insert(node, run);
+                // The trainer fetches the start checkpoint from the client or a verifier first.
+                let client = self.book(job).map_or(0, |b| b.client);
+                let bytes = self.cfg.job.checkpoint_bytes;
+                let delay = self
+                    .net
+                    .transfer_ms(client as usize, node as usize, bytes, &mut self.net_rng)
+                    .unwrap_or(1_000);
+                self.timer(node, delay, Timer::TrainStart { job, epoch });
+            }
+            Output::StopTraining { job_id, epoch } => {
+                let Some(job) = job_u64(job_id) else { return };
+                self.stop_run(node, job, epoch);
+            }
+            Output::RunQualityTest {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                baseline,
+                ..
+            } => {
+                let (Some(job), Some(d)) = (job_u64(job_id), self.driver.as_mut()) else {
+                    return;
+                };
+                let hash = d.id_of(checkpoint_hash);
+                let baseline = d.id_of(baseline);
+                let delay = ms(self.cfg.job.quality_test_s);
+                self.timer(
+                    node,
+                    delay,
+                    Timer::Quality {
+                        job,
+                        hash,
+                        baseline,
+                        epoch,
+                        step,
+                    },
+                );
+            }
+            Output::RunSpotCheck {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                steps,
+                ..
+            } => {
+                let job = job_u64(job_id).unwrap_or(0);
+                let pass = steps.iter().all(|s| {
+                    s.before == honest_state(job, s.step - 1)
+                        && s.after == honest_state(job, s.step)
+                });
+                let Some(d) = self.driver.as_mut() else {
+                    return;
+                };
+                let hash = d.id_of(checkpoint_hash);
+                let delay = ms(self.cfg.job.spot_step_s * steps.len() as f64);
+                self.timer(
+                    node,
+                    delay,
+                    Timer::Spot {
+                        job,
+                        hash,
+                        epoch,
+                        step,
+                        pass,
+                    },
+                );
+            }
+            Output::Notice(n) => self.notice(node, n),
+        }
+    }
+
+    fn quality(
+        &self,
+        job: JobId,
+        epoch: Epoch,
+        step: Step,
+        id: Hash,
+        base_id: Hash,
+    ) -> QualityReport {
+        let observed = match self.truths.get(&id) {
+            Some(t) => Observed {
+                metadata_matches: t.job == job && t.step == step && t.epoch == epoch,
+                accuracy: t.accuracy,
+                loss: t.loss,
+                step_mismatch: t.step_mismatch,
+            },
+            None => Observed {
+                metadata_matches: false,
+                accuracy: 0.0,
+                loss: f64::NAN,
+                step_mismatch: 1.0,
+            },
+        };
+        let base = self
+            .truths
+            .get(&base_id)
+            .map_or(self.cfg.job.acc_base, |t| t.accuracy);
+        let pass = quality_ok(&observed, step, base, &self.cfg.job);
+        QualityReport {
+            pass,
+            accuracy: observed.accuracy,
+            loss: observed.loss,
+        }
+    }
+
+    fn stop_run(&mut self, node: NodeId, job: JobId, epoch: Epoch) {
+        let now = self.now;
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        let Some(run) = d.training.get(&node) else {
+            return;
+        };
+        if run.job != job || run.epoch != epoch {
+            return;
+        }
+        let run = run.clone();
+        d.training.remove(&node);
+        if let (Some(t0), Some(p)) = (run.started, self.provider_index(node))
+            && let Some(rate) = self.providers[p].rate
+        {
+            let done = ((now - t0) as f64 / 1000.0 * rate).floor() as u64;
+            self.metrics.steps_trained += done.min(run.until - run.from_step);
+        }
+    }
+
+    fn notice(&mut self, node: NodeId, n: Notice) {
+        if let Notice::ProviderLost {
+            job_id, provider, ..
+        } = n
+        {
+            let Some(job) = job_u64(job_id) else { return };
+            let now = self.now;
+            let failed_at = self.book_mut(job).and_then(|b| b.failed_at.take());
+            match failed_at {
+                Some(t) => self.metrics.detection_ms.push(now - t),
+                None => self.metrics.false_detections += 1,
+            }
+            if let Some(b) = self.book_mut(job) {
+                b.recovering = Some((failed_at.unwrap_or(now), false));
+            }
+            let p = self.driver.as_ref().and_then(|d| d.node(&provider));
+            if let Some(p) = p {
+                self.note(|w| format!("Job {job}: {} noticed lost by {}", w.name(p), w.name(node)));
+            }
+        }
+    }
+
+    fn submit_chain_tx(&mut self, node: NodeId, id: TxId, tx: ChainTx) {
+        let Some(call) = self.chain_tx_call(tx) else {
+            // Not representable in the model (amounts beyond u128): it would revert.
+            let d = self.net.latency_ms(&mut self.net_rng);
+            self.at(
+                d,
+                Event::TxFailed {
+                    to: node,
+                    call: Box::new(Call::Withdraw),
+                    error: escrow::EscrowError::ZeroAmount,
+                    tag: 0,
+                },
+            );
+            let _ = id;
+            return;
+        };
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        let tag = d.next_tag;
+        d.next_tag += 1;
+        d.tx_ids.insert(tag, (node, id));
+        let delay = self.net.latency_ms(&mut self.net_rng);
+        self.at(
+            delay,
+            Event::TxArrive {
+                from: node,
+                call: Box::new(call),
+                tag,
+            },
+        );
+    }
+
+    fn chain_tx_call(&mut self, tx: ChainTx) -> Option<Call> {
+        let d = self.driver.as_mut()?;
+        let unknown = u32::MAX - 1;
+        Some(match tx {
+            ChainTx::CreateJob {
+                budget,
+                max_price_per_step,
+                total_steps,
+                checkpoint_interval,
+                spec_hash,
+                verifiers,
+                quorum,
+                deadline,
+                grace,
+                ..
+            } => Call::CreateJob {
+                budget: u128_of(budget)?,
+                max_price_per_step: u128_of(max_price_per_step)?,
+                total_steps,
+                checkpoint_interval,
+                spec_hash: d.id_of(spec_hash),
+                verifiers: verifiers
+                    .iter()
+                    .map(|a| d.node(a).unwrap_or(unknown))
+                    .collect(),
+                quorum,
+                deadline,
+                grace,
+            },
+            ChainTx::Assign {
+                job_id,
+                provider,
+                price_per_step,
+                bid_expiry,
+                bid_signature,
+            } => {
+                let job = job_u64(job_id)?;
+                let epoch = self.escrow.job(job).map_or(1, |j| j.epoch + 1);
+                let price = u128_of(price_per_step)?;
+                // What ecrecover would return for the digest the contract builds.
+                let fields = BidFields {
+                    job_id,
+                    epoch,
+                    provider,
+                    price_per_step,
+                    expiry: bid_expiry,
+                };
+                let signer = fields
+                    .recover(&d.domain, &bid_signature)
+                    .ok()
+                    .and_then(|a| d.node(&a))
+                    .unwrap_or(unknown);
+                let provider = d.node(&provider).unwrap_or(unknown);
+                Call::Assign {
+                    job_id: job,
+                    provider,
+                    price_per_step: price,
+                    bid_expiry,
+                    bid: BidSig {
+                        signer,
+                        job_id: job,
+                        epoch,
+                        provider,
+                        price_per_step: price,
+                        expiry: bid_expiry,
+                    },
+                }
+            }
+            ChainTx::ReleaseProvider { job_id } => Call::ReleaseProvider {
+                job_id: job_u64(job_id)?,
+            },
+            ChainTx::AcceptCheckpoint {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                sigs,
+            } => {
+                let sigs = vote_sigs(d, job_id, epoch, step, checkpoint_hash, true, &sigs)?;
+                let hash = d.id_of(checkpoint_hash);
+                Call::AcceptCheckpoint {
+                    job_id: job_u64(job_id)?,
+                    epoch,
+                    step,
+                    checkpoint_hash: hash,
+                    sigs,
+                }
+            }
+            ChainTx::RejectCheckpoint {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                sigs,
+            } => {
+                let sigs = vote_sigs(d, job_id, epoch, step, checkpoint_hash, false, &sigs)?;
+                let hash = d.id_of(checkpoint_hash);
+                Call::RejectCheckpoint {
+                    job_id: job_u64(job_id)?,
+                    epoch,
+                    step,
+                    checkpoint_hash: hash,
+                    sigs,
+                }
+            }
+            ChainTx::Expire { job_id } => Call::Expire {
+                job_id: job_u64(job_id)?,
+            },
+            ChainTx::Withdraw { .. } => Call::Withdraw,
+        })
+    }
+}
+
+/// The votes as the escrow model takes them: each signature's recovered signer over the
+/// fields the contract hashes (a signature over other fields recovers to a stranger).
+fn vote_sigs(
+    d: &mut Driver,
+    job_id: U256,
+    epoch: Epoch,
+    step: Step,
+    hash: B256,
+    accept: bool,
+    sigs: &[gp::signing::Sig65],
+) -> Option<Vec<VoteSig>> {
+    let job = job_u64(job_id)?;
+    let id = d.id_of(hash);
+    let fields = VoteFields {
+        job_id,
+        epoch,
+        step,
+        checkpoint_hash: hash,
+        accept,
+    };
+    Some(
+        sigs.iter()
+            .map(|s| {
+                let signer = fields
+                    .recover(&d.domain, s)
+                    .ok()
+                    .and_then(|a| d.node(&a))
+                    .unwrap_or(u32::MAX - 1);
+                VoteSig {
+                    signer,
+                    job_id: job,
+                    epoch,
+                    step,
+                    checkpoint_hash: id,
+                    accept,
+                }
+            })
+            .collect(),
+    )
+}
+
+impl World {
+    /// A gossip message reaches a node's machine.
+    pub fn drive_message(&mut self, to: NodeId, msg: &Message) {
+        self.feed(to, |m, now| {
+            m.handle_message(now, msg);
+        });
+    }
+
+    pub fn drive_timer(&mut self, node: NodeId, timer: Timer) {
+        match timer {
+            Timer::Poll => {
+                if let Some(d) = self.driver.as_mut() {
+                    d.armed[node as usize] = None;
+                }
+                self.feed(node, |m, now| m.handle_timeout(now));
+            }
+            Timer::CreateJob => self.drive_create_job(node),
+            Timer::Expire { job } => {
+                let live = self.escrow.job(job).is_some_and(|j| {
+                    matches!(j.status, escrow::Status::Open | escrow::Status::Assigned)
+                });
+                let Some(d) = self.driver.as_mut() else {
+                    return;
+                };
+                if let (true, Some(Machine::Client(c))) = (live, d.machines[node as usize].as_mut())
+                {
+                    c.expire(job_u256(job));
+                    self.drain(node);
+                }
+            }
+            Timer::Blob { hash, ok } => {
+                let Some(d) = self.driver.as_mut() else {
+                    return;
+                };
+                let hash = d.b256_of(hash);
+                self.feed(node, |m, now| {
+                    m.handle_input(now, Input::BlobFetched { hash, ok })
+                });
+            }
+            Timer::TrainStart { job, epoch } => {
+                let now = self.now;
+                let Some(d) = self.driver.as_mut() else {
+                    return;
+                };
+                let Some(run) = d.training.get_mut(&node) else {
+                    return;
+                };
+                if run.job != job || run.epoch != epoch || run.started.is_some() {
+                    return;
+                }
+                run.started = Some(now);
+                let (from, interval, until) = (run.from_step, run.interval, run.until);
+                if let Some(b) = self.book_mut(job)
+                    && let Some((t, after_reject)) = b.recovering.take()
+                {
+                    let d = now.saturating_sub(t);
+                    if after_reject {
+                        self.metrics.recovery_after_reject_ms.push(d);
+                    } else {
+                        self.metrics.recovery_after_failure_ms.push(d);
+                    }
+                }
+                self.note(|w| {
+                    format!(
+                        "Job {job}: training starts on {} at step {from}",
+                        w.name(node)
+                    )
+                });
+                self.timer(
+                    node,
+                    self.cfg.protocol.heartbeat_ms,
+                    Timer::TrainTick { job, epoch },
+                );
+                let next = ((from / interval) + 1) * interval;
+                self.schedule_run_checkpoint(node, job, epoch, next.min(until));
+            }
+            Timer::TrainTick { job, epoch } => {
+                let Some(step) = self.run_progress(node, job, epoch) else {
+                    return;
+                };
+                let loss = training::loss_at(&self.cfg.job, step as f64) as f32;
+                self.feed(node, |m, now| {
+                    m.handle_input(
+                        now,
+                        Input::StepDone {
+                            job_id: job_u256(job),
+                            epoch,
+                            step,
+                            loss,
+                        },
+                    )
+                });
+                self.timer(
+                    node,
+                    self.cfg.protocol.heartbeat_ms,
+                    Timer::TrainTick { job, epoch },
+                );
+            }
+            Timer::CheckpointDue { job, epoch, step } => {
+                self.drive_checkpoint(node, job, epoch, step)
+            }
+            Timer::Quality {
+                job,
+                hash,
+                baseline,
+                epoch,
+                step,
+            } => {
+                let report = self.quality(job, epoch, step, hash, baseline);
+                let Some(d) = self.driver.as_mut() else {
+                    return;
+                };
+                let checkpoint_hash = d.b256_of(hash);
+                self.feed(node, |m, now| {
+                    m.handle_input(
+                        now,
+                        Input::QualityResult {
+                            job_id: job_u256(job),
+                            epoch,
+                            step,
+                            checkpoint_hash,
+                            report,
+                        },
+                    )
+                });
+            }
+            Timer::Spot {
+                job,
+                hash,
+                epoch,
+                step,
+                pass,
+            } => {
+                let Some(d) = self.driver.as_mut() else {
+                    return;
+                };
+                let checkpoint_hash = d.b256_of(hash);
+                self.feed(node, |m, now| {
+                    m.handle_input(
+                        now,
+                        Input::SpotCheckResult {
+                            job_id: job_u256(job),
+                            epoch,
+                            step,
+                            checkpoint_hash,
+                            pass,
+                        },
+                    )
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn run_progress(&self, node: NodeId, job: JobId, epoch: Epoch) -> Option<Step> {
+        let run = self.driver.as_ref()?.training.get(&node)?;
+        if run.job != job || run.epoch != epoch {
+            return None;
+        }
+        let rate = self.providers[self.provider_index(node)?].rate?;
+        let t0 = run.started?;
+        let done = ((self.now - t0) as f64 / 1000.0 * rate).floor() as u64;
+        Some((run.from_step + done).min(run.until))
+    }
+
+    fn schedule_run_checkpoint(&mut self, node: NodeId, job: JobId, epoch: Epoch, step: Step) {
+        let Some(run) = self.driver.as_ref().and_then(|d| d.training.get(&node)) else {
+            return;
+        };
+        let (Some(t0), Some(p)) = (run.started, self.provider_index(node)) else {
+            return;
+        };
+        let Some(rate) = self.providers[p].rate else {
+            return;
+        };
+        let at = t0 + training::train_ms(step - run.from_step, rate);
+        self.timer(
+            node,
+            at.saturating_sub(self.now),
+            Timer::CheckpointDue { job, epoch, step },
+        );
+    }
+
+    fn drive_checkpoint(&mut self, node: NodeId, job: JobId, epoch: Epoch, step: Step) {
+        let Some(p) = self.provider_index(node) else {
+            return;
+        };
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        let Some(run) = d.training.get(&node).cloned() else {
+            return;
+        };
+        if run.job != job || run.epoch != epoch {
+            return;
+        }
+        let parent = d.id_of(run.parent);
+        let (hash, mismatch) = self.produce_checkpoint(p, job, epoch, step, parent);
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        let checkpoint_hash = d.b256_of(hash);
+        let mut state_hashes = vec![honest_state(job, run.parent_step)];
+        for s in run.parent_step + 1..=step {
+            let fake =
+                mismatch >= 1.0 || (mismatch > 0.0 && self.providers[p].rng.chance(mismatch));
+            state_hashes.push(if fake {
+                fabricated_state(job, s, epoch)
+            } else {
+                honest_state(job, s)
+            });
+        }
+        if let Some(run) = d.training.get_mut(&node) {
+            run.parent_step = step;
+            run.parent = checkpoint_hash;
+        }
+        self.feed(node, |m, now| {
+            m.handle_input(
+                now,
+                Input::CheckpointReady {
+                    job_id: job_u256(job),
+                    epoch,
+                    step,
+                    checkpoint_hash,
+                    state_hashes,
+                },
+            )
+        });
+        if step < run.until {
+            self.schedule_run_checkpoint(node, job, epoch, (step + run.interval).min(run.until));
+        }
+    }
+
+    fn drive_create_job(&mut self, c: NodeId) {
+        let cfg = self.cfg.job.clone();
+        let continuous = cfg.jobs_per_client == 0;
+        let cs = &self.clients[c as usize];
+        if cs.current.is_some()
+            || (continuous && self.now > ms(cfg.last_start_s))
+            || (!continuous && cs.jobs_started >= cfg.jobs_per_client)
+        {
+            return;
+        }
+        let want = cfg.verifiers_per_job as usize;
+        let mut chosen: Vec<NodeId> = Vec::with_capacity(want);
+        while chosen.len() < want {
+            let v = self.clients[c as usize]
+                .rng
+                .below(u64::from(self.cfg.verifiers)) as usize;
+            let node = self.verifier_node(v);
+            if !chosen.contains(&node) {
+                chosen.push(node);
+            }
+        }
+        chosen.sort_unstable();
+        let cs = &mut self.clients[c as usize];
+        cs.jobs_started += 1;
+        cs.current = Some(0);
+        cs.pending_verifiers = chosen.clone();
+        let now_s = self.chain_time_s();
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        d.job_counter += 1;
+        let mut spec = JobSpec::fashion_cnn_demo(
+            B256::repeat_byte(1),
+            B256::repeat_byte(2),
+            B256::repeat_byte(3),
+        );
+        spec.seed = d.job_counter;
+        spec.total_steps = cfg.total_steps;
+        spec.checkpoint_interval = cfg.checkpoint_interval;
+        spec.min_memory_bytes = cfg.min_memory_bytes;
+        spec.quality.spot_check_steps = cfg.spot_check_steps;
+        let params = gp::client::JobParams {
+            token: token(),
+            budget: u256(cfg.budget),
+            max_price_per_step: u256(cfg.max_price_per_step),
+            verifiers: chosen.iter().map(|v| d.address(*v)).collect(),
+            quorum: cfg.quorum,
+            deadline: now_s + cfg.deadline_s,
+            grace: cfg.grace_s,
+        };
+        if let Some(Machine::Client(m)) = d.machines[c as usize].as_mut() {
+            m.create_job(spec, params);
+        }
+        self.drain(c);
+    }
+
+    /// An escrow event reaches a node: to its machine as `Input::Chain`, plus what the node's
+    /// own chain client does around the machine (expiry keeper, withdrawals, re-staking).
+    pub fn drive_chain(&mut self, to: NodeId, e: &escrow::Event) {
+        if let Some(event) = self.chain_event_of(e) {
+            let block_time = self.chain_time_s();
+            self.feed(to, |m, now| {
+                m.handle_input(now, Input::Chain { block_time, event })
+            });
+        }
+        let me = to;
+        match e {
+            escrow::Event::JobCreated { job_id, client, .. } if *client == me => {
+                self.clients[me as usize].current = Some(*job_id);
+                if let Some(j) = self.escrow.job(*job_id) {
+                    let at = j
+                        .deadline
+                        .saturating_add(j.grace)
+                        .saturating_mul(1000)
+                        .saturating_add(1);
+                    self.timer(
+                        me,
+                        at.saturating_sub(self.now),
+                        Timer::Expire { job: *job_id },
+                    );
+                }
+            }
+            escrow::Event::JobCompleted { job_id, .. }
+            | escrow::Event::JobExpired { job_id, .. } => {
+                if self.escrow.job(*job_id).is_some_and(|j| j.client == me) {
+                    self.clients[me as usize].current = None;
+                    self.submit(me, Call::Withdraw);
+                    self.timer(me, 1_000, Timer::CreateJob);
+                }
+                if let Some(run) = self
+                    .driver
+                    .as_ref()
+                    .and_then(|d| d.training.get(&me))
+                    .cloned()
+                    && run.job == *job_id
+                {
+                    self.stop_run(me, run.job, run.epoch);
+                }
+            }
+            escrow::Event::EpochEnded { job_id, epoch, .. } => {
+                if self
+                    .driver
+                    .as_ref()
+                    .and_then(|d| d.training.get(&me))
+                    .is_some_and(|r| r.job == *job_id && r.epoch == *epoch)
+                {
+                    self.stop_run(me, *job_id, *epoch);
+                }
+                if self.provider_index(me).is_some() && self.escrow.withdrawable(me) > 0 {
+                    self.submit(me, Call::Withdraw);
+                }
+            }
+            escrow::Event::CheckpointRejected { provider, .. } if *provider == me => {
+                let have = self.escrow.stake_of(me).amount;
+                let need = self.escrow.min_stake;
+                if have < need {
+                    self.submit(
+                        me,
+                        Call::Register {
+                            amount: need - have,
+                        },
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn chain_event_of(&mut self, e: &escrow::Event) -> Option<ChainEvent> {
+        let d = self.driver.as_mut()?;
+        Some(match e {
+            escrow::Event::JobCreated {
+                job_id,
+                client,
+                budget,
+            } => {
+                let j = self.escrow.job(*job_id)?;
+                ChainEvent::JobCreated {
+                    job_id: job_u256(*job_id),
+                    client: d.address(*client),
+                    token: token(),
+                    budget: u256(*budget),
+                    max_price_per_step: u256(j.max_price_per_step),
+                    total_steps: j.total_steps,
+                    checkpoint_interval: j.checkpoint_interval,
+                    spec_hash: d.b256_of(j.spec_hash),
+                    verifiers: j.verifiers.iter().map(|v| d.address(*v)).collect(),
+                    quorum: j.quorum,
+                    deadline: j.deadline,
+                    grace: j.grace,
+                }
+            }
+            escrow::Event::ProviderAssigned {
+                job_id,
+                epoch,
+                provider,
+                price_per_step,
+                start_step,
+                start_checkpoint,
+            } => ChainEvent::ProviderAssigned {
+                job_id: job_u256(*job_id),
+                epoch: *epoch,
+                provider: d.address(*provider),
+                price_per_step: u256(*price_per_step),
+                start_step: *start_step,
+                start_checkpoint: d.b256_of(*start_checkpoint),
+            },
+            escrow::Event::EpochEnded {
+                job_id,
+                epoch,
+                reason,
+            } => ChainEvent::EpochEnded {
+                job_id: job_u256(*job_id),
+                epoch: *epoch,
+                reason: match reason {
+                    escrow::EndReason::Replaced => EpochEndReason::Replaced,
+                    escrow::EndReason::Released => EpochEndReason::Released,
+                    escrow::EndReason::Rejected => EpochEndReason::Rejected,
+                    escrow::EndReason::Completed => EpochEndReason::Completed,
+                    escrow::EndReason::Expired => EpochEndReason::Expired,
+                },
+            },
+            escrow::Event::CheckpointAccepted {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                provider,
+                amount,
+            } => ChainEvent::CheckpointAccepted {
+                job_id: job_u256(*job_id),
+                epoch: *epoch,
+                step: *step,
+                checkpoint_hash: d.b256_of(*checkpoint_hash),
+                provider: d.address(*provider),
+                amount: u256(*amount),
+            },
+            escrow::Event::CheckpointRejected {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                provider,
+                slashed,
+            } => ChainEvent::CheckpointRejected {
+                job_id: job_u256(*job_id),
+                epoch: *epoch,
+                step: *step,
+                checkpoint_hash: d.b256_of(*checkpoint_hash),
+                provider: d.address(*provider),
+                slashed: u256(*slashed),
+            },
+            escrow::Event::JobCompleted { job_id, refund } => ChainEvent::JobCompleted {
+                job_id: job_u256(*job_id),
+                refund: u256(*refund),
+            },
+            escrow::Event::JobExpired { job_id, refund } => ChainEvent::JobExpired {
+                job_id: job_u256(*job_id),
+                refund: u256(*refund),
+            },
+            _ => return None,
+        })
+    }
+
+    pub fn drive_tx_failed(&mut self, to: NodeId, tag: u64, error: &escrow::EscrowError) {
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        let Some((node, id)) = d.tx_ids.remove(&tag) else {
+            return;
+        };
+        if node != to {
+            return;
+        }
+        let reason = error.to_string();
+        self.feed(to, |m, now| {
+            m.handle_input(now, Input::TxFailed { id, reason })
+        });
+    }
+
+    pub fn drive_tx_done(&mut self, tag: u64) {
+        if let Some(d) = self.driver.as_mut() {
+            d.tx_ids.remove(&tag);
+        }
+    }
+
+    /// A provider process dies: its machine, subscriptions and trainer go with it.
+    pub fn drive_kill(&mut self, node: NodeId) {
+        let run = self
+            .driver
+            .as_ref()
+            .and_then(|d| d.training.get(&node))
+            .cloned();
+        if let Some(run) = run {
+            self.stop_run(node, run.job, run.epoch);
+        }
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        d.machines[node as usize] = None;
+        d.armed[node as usize] = None;
+        for s in d.subs.values_mut() {
+            s.remove(&node);
+        }
+    }
+
+    /// A provider process restarts: a fresh machine, told of the live jobs as a restarted
+    /// node's chain client would replay them.
+    pub fn drive_revive(&mut self, node: NodeId) {
+        let Some(mut d) = self.driver.take() else {
+            return;
+        };
+        let m = d.fresh(self, node, SigningKey::from_seed(u64::from(node) + 1));
+        d.machines[node as usize] = Some(m);
+        self.driver = Some(d);
+        let live: Vec<JobId> = (1..=self.escrow.job_count())
+            .filter(|j| {
+                self.escrow.job(*j).is_some_and(|j| {
+                    matches!(j.status, escrow::Status::Open | escrow::Status::Assigned)
+                })
+            })
+            .collect();
+        for job in live {
+            let Some(j) = self.escrow.job(job).cloned() else {
+                continue;
+            };
+            let created = escrow::Event::JobCreated {
+                job_id: job,
+                client: j.client,
+                budget: j.deposit,
+            };
+            if let Some(event) = self.chain_event_of(&created) {
+                let block_time = self.chain_time_s();
+                self.feed(node, |m, now| {
+                    m.handle_input(now, Input::Chain { block_time, event })
+                });
+            }
+        }
+    }
+
+    /// The provider currently training, per the driver (for failure bookkeeping).
+    pub fn drive_current(&self, node: NodeId) -> Option<(JobId, Epoch)> {
+        self.driver
+            .as_ref()?
+            .training
+            .get(&node)
+            .map(|r| (r.job, r.epoch))
+    }
+}

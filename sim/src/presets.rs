@@ -1,0 +1,239 @@
+//! Named configurations: the product page's 4 Nov story, its in-browser "break it" game, the
+//! randomised fault mix CI runs over hundreds of seeds, and the 10,000-node churn run.
+
+use crate::cheat::CheatKind;
+use crate::config::{
+    CheatConfig, ChurnConfig, HardwareClass, JobConfig, NamedProvider, NetworkConfig,
+    ProtocolConfig, ScriptAction, ScriptedFault, SimConfig, USDC,
+};
+
+pub const NAMES: [&str; 4] = ["nov4", "break-it", "faults", "churn-10k"];
+
+pub fn by_name(name: &str) -> Option<SimConfig> {
+    match name {
+        "nov4" => Some(nov4()),
+        "break-it" => Some(break_it()),
+        "faults" => Some(faults()),
+        "churn-10k" => Some(churn_10k()),
+        _ => None,
+    }
+}
+
+fn named(name: &str, price: u128, hardware: &str, cheat: Option<CheatKind>) -> NamedProvider {
+    NamedProvider {
+        name: name.into(),
+        price_per_step: price,
+        hardware: hardware.into(),
+        cheat,
+    }
+}
+
+fn local_network() -> NetworkConfig {
+    NetworkConfig {
+        latency_median_ms: 1.0,
+        latency_sigma: 0.2,
+        bandwidth_median_mbps: 1000.0,
+        ..NetworkConfig::default()
+    }
+}
+
+/// The 4 Nov run: 400 steps, checkpoints every 50, budget 5 USDC; A (0.001/step) is killed
+/// mid-interval after its checkpoint at 150, P (0.002) returns junk and is refused, B (0.003)
+/// finishes. Expected: A 0.15, B 0.75, 4.10 back to the client.
+pub fn nov4() -> SimConfig {
+    SimConfig {
+        name: "nov4".into(),
+        duration_s: 300.0,
+        clients: 1,
+        providers: 3,
+        verifiers: 2,
+        job: JobConfig {
+            total_steps: 400,
+            checkpoint_interval: 50,
+            budget: 5 * USDC,
+            max_price_per_step: 10_000,
+            ..JobConfig::default()
+        },
+        network: local_network(),
+        hardware: vec![HardwareClass {
+            name: "rtx3060".into(),
+            weight: 1.0,
+            steps_per_s: 10.0,
+            memory_bytes: 6 << 30,
+        }],
+        named_providers: vec![
+            named("A", 1_000, "rtx3060", None),
+            named("P", 2_000, "rtx3060", Some(CheatKind::Junk)),
+            named("B", 3_000, "rtx3060", None),
+        ],
+        script: vec![ScriptedFault {
+            at_s: 19.0,
+            provider: "A".into(),
+            action: ScriptAction::Kill,
+        }],
+        keep_call_log: true,
+        ..SimConfig::default()
+    }
+}
+
+/// The product page's game: three providers at 0.002, 0.003 and 0.0025 USDC per step, 200
+/// steps, a checkpoint every 25, a 1.00 USDC budget. The scripted moves: stop A after its
+/// checkpoint at 50, and C (next cheapest) cheats; B finishes.
+pub fn break_it() -> SimConfig {
+    SimConfig {
+        name: "break-it".into(),
+        duration_s: 120.0,
+        clients: 1,
+        providers: 3,
+        verifiers: 2,
+        job: JobConfig {
+            total_steps: 200,
+            checkpoint_interval: 25,
+            budget: USDC,
+            max_price_per_step: 5_000,
+            loss_tau_steps: 40.0,
+            ..JobConfig::default()
+        },
+        network: local_network(),
+        hardware: vec![HardwareClass {
+            name: "browser".into(),
+            weight: 1.0,
+            steps_per_s: 10.0,
+            memory_bytes: 8 << 30,
+        }],
+        named_providers: vec![
+            named("A", 2_000, "browser", None),
+            named("B", 3_000, "browser", None),
+            named("C", 2_500, "browser", Some(CheatKind::Junk)),
+        ],
+        script: vec![ScriptedFault {
+            at_s: 8.5,
+            provider: "A".into(),
+            action: ScriptAction::Kill,
+        }],
+        keep_call_log: true,
+        ..SimConfig::default()
+    }
+}
+
+/// Everything at once on a small swarm, then quiet: churn with rejoin, every cheat kind, lost
+/// messages, partitions. Faults stop at 40 minutes, so the last jobs must complete (liveness).
+/// Heartbeats at 2 Hz keep one run in tens of milliseconds for the many-seeds test.
+pub fn faults() -> SimConfig {
+    SimConfig {
+        name: "faults".into(),
+        duration_s: 3_600.0,
+        clients: 3,
+        providers: 14,
+        verifiers: 5,
+        job: JobConfig {
+            total_steps: 600,
+            checkpoint_interval: 50,
+            budget: 10 * USDC,
+            max_price_per_step: 10_000,
+            deadline_s: 900,
+            grace_s: 120,
+            verifiers_per_job: 3,
+            quorum: 2,
+            jobs_per_client: 0,
+            last_start_s: 3_000.0,
+            ..JobConfig::default()
+        },
+        protocol: ProtocolConfig {
+            heartbeat_ms: 500,
+            heartbeat_timeout_ms: 1_250,
+            decision_timeout_ms: 20_000,
+            ..ProtocolConfig::default()
+        },
+        network: NetworkConfig {
+            latency_median_ms: 30.0,
+            latency_sigma: 0.6,
+            loss: 0.02,
+            partition_every_s: 400.0,
+            partition_duration_s: 20.0,
+            partition_fraction: 0.2,
+            ..NetworkConfig::default()
+        },
+        churn: ChurnConfig {
+            mttf_s: 900.0,
+            rejoin_s: 60.0,
+        },
+        cheat: CheatConfig {
+            fraction: 0.3,
+            ..CheatConfig::default()
+        },
+        faults_stop_s: Some(2_400.0),
+        ..SimConfig::default()
+    }
+}
+
+/// 10,000 nodes for 24 hours: 600 clients running job after job, 8,900 providers of four
+/// hardware classes with 6 h mean time to failure, 5 % cheaters, 500 verifiers. Heartbeats
+/// at 1 Hz (the protocol default of 10 Hz would be 10× the events for the same story).
+pub fn churn_10k() -> SimConfig {
+    SimConfig {
+        name: "churn-10k".into(),
+        duration_s: 86_400.0,
+        clients: 600,
+        providers: 8_900,
+        verifiers: 500,
+        job: JobConfig {
+            total_steps: 20_000,
+            checkpoint_interval: 500,
+            budget: 200 * USDC,
+            max_price_per_step: 10_000,
+            deadline_s: 6 * 3_600,
+            grace_s: 3_600,
+            verifiers_per_job: 3,
+            quorum: 2,
+            jobs_per_client: 0,
+            last_start_s: 80_000.0,
+            checkpoint_bytes: 64 << 20,
+            min_accuracy_after_step: 5_000,
+            loss_tau_steps: 2_000.0,
+            ..JobConfig::default()
+        },
+        protocol: ProtocolConfig {
+            heartbeat_ms: 1_000,
+            heartbeat_timeout_ms: 2_500,
+            ..ProtocolConfig::default()
+        },
+        network: NetworkConfig {
+            latency_median_ms: 40.0,
+            loss: 0.005,
+            partition_every_s: 3_600.0,
+            partition_duration_s: 60.0,
+            partition_fraction: 0.02,
+            ..NetworkConfig::default()
+        },
+        chain: crate::config::ChainConfig {
+            block_ms: 2_000,
+            ..crate::config::ChainConfig::default()
+        },
+        churn: ChurnConfig {
+            mttf_s: 6.0 * 3_600.0,
+            rejoin_s: 1_800.0,
+        },
+        cheat: CheatConfig {
+            fraction: 0.05,
+            ..CheatConfig::default()
+        },
+        full_checks: false,
+        ..SimConfig::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_valid() {
+        for n in NAMES {
+            let cfg = by_name(n).expect("listed preset exists");
+            cfg.validate().unwrap_or_else(|e| panic!("{n}: {e}"));
+            assert_eq!(cfg.name, n);
+        }
+        assert!(by_name("nope").is_none());
+    }
+}

@@ -1,0 +1,957 @@
+//! The engine: nodes, the event loop in virtual time, the chain (blocks over the escrow model)
+//! and the network. Role behaviour lives in `roles`; this file only moves events around.
+
+use std::collections::HashMap;
+
+use crate::cheat::CheatKind;
+use crate::checker::{Checker, Failure};
+use crate::config::SimConfig;
+use crate::escrow::{self, Call, Epoch, Escrow, Hash, JobId, Step};
+use crate::metrics::Metrics;
+use crate::network::Network;
+use crate::queue::{EventQueue, Millis};
+use crate::rng::{Purpose, SimRng, stream};
+use crate::roles::client::{ClientJob, ClientState};
+use crate::roles::provider::ProviderState;
+use crate::roles::verifier::VerifierState;
+use crate::trace::Trace;
+
+pub type NodeId = u32;
+
+/// Gossip payloads, as the simulator carries them (fields the roles act on; signatures are
+/// modelled by the sender id, see `escrow`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Msg {
+    /// A protocol message, for the protocol-machine driver (`drive`).
+    Wire(Box<gpuchain_protocol::wire::Message>),
+    Offer {
+        job: JobId,
+        client: NodeId,
+        next_epoch: Epoch,
+        max_price: u128,
+    },
+    Bid {
+        job: JobId,
+        epoch: Epoch,
+        provider: NodeId,
+        price: u128,
+        expiry: u64,
+    },
+    Heartbeat {
+        job: JobId,
+        epoch: Epoch,
+        provider: NodeId,
+        step: Step,
+    },
+    Announce {
+        job: JobId,
+        epoch: Epoch,
+        provider: NodeId,
+        step: Step,
+        hash: Hash,
+    },
+    Vote {
+        job: JobId,
+        epoch: Epoch,
+        step: Step,
+        hash: Hash,
+        accept: bool,
+        verifier: NodeId,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Timer {
+    /// The protocol machine's `poll_timeout` is due.
+    Poll,
+    Blob {
+        hash: Hash,
+        ok: bool,
+    },
+    TrainStart {
+        job: JobId,
+        epoch: Epoch,
+    },
+    TrainTick {
+        job: JobId,
+        epoch: Epoch,
+    },
+    /// The quality test's verdict is recomputed from ground truth when it fires, which
+    /// keeps this enum (and every queued event) small.
+    Quality {
+        job: JobId,
+        hash: Hash,
+        baseline: Hash,
+        epoch: Epoch,
+        step: Step,
+    },
+    Spot {
+        job: JobId,
+        hash: Hash,
+        epoch: Epoch,
+        step: Step,
+        pass: bool,
+    },
+    CreateJob,
+    BidWindowClosed {
+        job: JobId,
+    },
+    Reoffer {
+        job: JobId,
+    },
+    Detector {
+        job: JobId,
+        epoch: Epoch,
+    },
+    Expire {
+        job: JobId,
+    },
+    DecisionTimeout {
+        job: JobId,
+        epoch: Epoch,
+        step: Step,
+    },
+    Heartbeat {
+        job: JobId,
+        epoch: Epoch,
+    },
+    FetchStart {
+        job: JobId,
+        epoch: Epoch,
+    },
+    StartFetched {
+        job: JobId,
+        epoch: Epoch,
+    },
+    CheckpointDue {
+        job: JobId,
+        epoch: Epoch,
+        step: Step,
+    },
+    Reannounce {
+        job: JobId,
+        epoch: Epoch,
+    },
+    Unreserve,
+    BlobFetched {
+        job: JobId,
+        epoch: Epoch,
+        step: Step,
+        hash: Hash,
+        provider: NodeId,
+    },
+    Verdict {
+        job: JobId,
+        epoch: Epoch,
+        step: Step,
+        hash: Hash,
+        accept: bool,
+    },
+}
+
+pub enum Event {
+    Deliver {
+        to: NodeId,
+        msg: Msg,
+    },
+    Timer {
+        node: NodeId,
+        incarnation: u32,
+        timer: Timer,
+    },
+    /// `tag` ties a protocol machine's transaction to its `TxId` (0: none).
+    TxArrive {
+        from: NodeId,
+        call: Box<Call>,
+        tag: u64,
+    },
+    Block,
+    Chain {
+        to: NodeId,
+        event: Box<escrow::Event>,
+    },
+    TxFailed {
+        to: NodeId,
+        call: Box<Call>,
+        error: escrow::EscrowError,
+        tag: u64,
+    },
+    Fail {
+        node: NodeId,
+    },
+    Rejoin {
+        node: NodeId,
+    },
+    PartitionStart,
+    PartitionHeal,
+    Script {
+        index: usize,
+    },
+}
+
+/// Ground truth of one checkpoint.
+#[derive(Clone, Debug)]
+pub struct Truth {
+    pub job: JobId,
+    pub epoch: Epoch,
+    pub step: Step,
+    pub provider: NodeId,
+    pub cheat: Option<CheatKind>,
+    pub accuracy: f64,
+    pub loss: f64,
+    pub step_mismatch: f64,
+    pub announced_at: Millis,
+}
+
+/// The engine's own per-job bookkeeping (not any role's view).
+#[derive(Clone, Debug, Default)]
+pub struct JobBook {
+    pub client: NodeId,
+    pub verifiers: Vec<NodeId>,
+    /// Provider of the live epoch per the chain.
+    pub provider: Option<NodeId>,
+    pub epoch: Epoch,
+    /// Ground-truth failure of the live epoch's provider, not yet noticed by the client.
+    pub failed_at: Option<Millis>,
+    /// A loss or rejection awaiting the next provider's first training step.
+    pub recovering: Option<(Millis, bool)>,
+    pub checkpoints: Vec<Hash>,
+    pub last_accepted: Step,
+}
+
+pub struct World {
+    pub cfg: SimConfig,
+    pub seed: u64,
+    pub now: Millis,
+    pub end: Millis,
+    pub faults_stop: Millis,
+    pub queue: EventQueue<Event>,
+    pub net: Network,
+    pub net_rng: SimRng,
+    pub churn_rng: SimRng,
+    pub partition_rng: SimRng,
+    pub escrow: Escrow,
+    pub mempool: Vec<(NodeId, Call, u64)>,
+    /// Set when the protocol crate's machines drive the roles.
+    pub driver: Option<crate::drive::Driver>,
+    pub block_scheduled: bool,
+    pub clients: Vec<ClientState>,
+    pub client_jobs: HashMap<JobId, ClientJob>,
+    pub providers: Vec<ProviderState>,
+    pub verifiers: Vec<VerifierState>,
+    /// Providers online and not holding an epoch, for offer fan-out.
+    pub idle: Vec<NodeId>,
+    idle_pos: Vec<u32>,
+    pub books: Vec<JobBook>,
+    pub truths: HashMap<Hash, Truth>,
+    next_hash: Hash,
+    pub last_honest: Option<(JobId, Hash)>,
+    /// Cheating announcements by (job, epoch, step): kind and time, until decided.
+    pub cheat_claims: HashMap<(JobId, Epoch, Step), (CheatKind, Millis)>,
+    pub metrics: Metrics,
+    pub checker: Checker,
+    pub trace: Trace,
+    pub keep_timeline: bool,
+    pub eager_heartbeats: bool,
+    first_provider: NodeId,
+    first_verifier: NodeId,
+}
+
+/// Spec hashes live above every checkpoint hash so the two can never collide.
+pub const SPEC_HASH_BASE: Hash = 1 << 62;
+
+/// The token balances a run starts from: clients can pay every job they will start,
+/// providers can stake a thousand times over (cheaters re-stake after each slash).
+pub fn genesis(cfg: &SimConfig) -> Vec<(u32, u128)> {
+    let jobs_each = if cfg.job.jobs_per_client == 0 {
+        1_000_000
+    } else {
+        u128::from(cfg.job.jobs_per_client)
+    };
+    let clients = (0..cfg.clients).map(|c| (c, cfg.job.budget * jobs_each));
+    let providers = (0..cfg.providers).map(|p| (cfg.clients + p, cfg.protocol.stake * 1000));
+    clients.chain(providers).collect()
+}
+
+pub fn ms(seconds: f64) -> Millis {
+    (seconds * 1000.0).round() as Millis
+}
+
+impl World {
+    pub fn new(cfg: SimConfig, seed: u64) -> Self {
+        let nodes = (cfg.clients + cfg.providers + cfg.verifiers) as usize;
+        let mut setup = stream(seed, Purpose::Setup, 0);
+        let net = Network::new(cfg.network.clone(), nodes, &mut setup);
+        let mut escrow = Escrow::new(
+            cfg.protocol.stake,
+            cfg.chain.unbond_delay_s,
+            cfg.keep_call_log,
+        );
+        let first_provider = cfg.clients;
+        let first_verifier = cfg.clients + cfg.providers;
+        let clients = (0..cfg.clients)
+            .map(|i| ClientState::new(i, stream(seed, Purpose::Node, u64::from(i))))
+            .collect();
+        let providers: Vec<ProviderState> = (0..cfg.providers)
+            .map(|i| {
+                let id = first_provider + i;
+                ProviderState::new(
+                    &cfg,
+                    i as usize,
+                    id,
+                    &mut setup,
+                    stream(seed, Purpose::Node, u64::from(id)),
+                )
+            })
+            .collect();
+        let verifiers = (0..cfg.verifiers)
+            .map(|i| VerifierState::new(stream(seed, Purpose::Node, u64::from(first_verifier + i))))
+            .collect();
+        for (account, amount) in genesis(&cfg) {
+            escrow.ledger.mint(account, amount);
+        }
+        let faults_stop = cfg.faults_stop_s.map_or(Millis::MAX, ms);
+        let keep_timeline = nodes <= 64;
+        let end = ms(cfg.duration_s);
+        let protocol = cfg.driver == crate::config::DriverKind::Protocol;
+        let mut world = World {
+            seed,
+            now: 0,
+            end,
+            faults_stop,
+            queue: EventQueue::default(),
+            net,
+            net_rng: stream(seed, Purpose::Network, 0),
+            churn_rng: stream(seed, Purpose::Churn, 0),
+            partition_rng: stream(seed, Purpose::Partition, 0),
+            escrow,
+            mempool: Vec::new(),
+            driver: None,
+            block_scheduled: false,
+            clients,
+            client_jobs: HashMap::new(),
+            providers,
+            verifiers,
+            idle: Vec::new(),
+            idle_pos: vec![u32::MAX; cfg.providers as usize],
+            books: Vec::new(),
+            truths: HashMap::new(),
+            next_hash: 1,
+            last_honest: None,
+            cheat_claims: HashMap::new(),
+            metrics: Metrics::default(),
+            checker: Checker::new(cfg.full_checks, (2 * cfg.chain.block_ms + 5_000) / 1000 + 1),
+            trace: Trace::new(64),
+            keep_timeline,
+            eager_heartbeats: crate::network::max_latency_ms(&cfg.network)
+                < cfg.protocol.heartbeat_ms,
+            first_provider,
+            first_verifier,
+            cfg,
+        };
+        if protocol {
+            world.driver = Some(crate::drive::Driver::new(&world));
+        }
+        world
+    }
+
+    // ------------------------------------------------------------ node ids
+
+    pub fn provider_index(&self, node: NodeId) -> Option<usize> {
+        (node >= self.first_provider && node < self.first_verifier)
+            .then(|| (node - self.first_provider) as usize)
+    }
+
+    pub fn verifier_index(&self, node: NodeId) -> Option<usize> {
+        (node >= self.first_verifier).then(|| (node - self.first_verifier) as usize)
+    }
+
+    pub fn verifier_node(&self, index: usize) -> NodeId {
+        self.first_verifier + index as NodeId
+    }
+
+    pub fn provider_node(&self, index: usize) -> NodeId {
+        self.first_provider + index as NodeId
+    }
+
+    pub fn name(&self, node: NodeId) -> String {
+        if let Some(p) = self.provider_index(node) {
+            match &self.providers[p].name {
+                Some(n) => format!("Provider {n}"),
+                None => format!("provider {p}"),
+            }
+        } else if let Some(v) = self.verifier_index(node) {
+            format!("verifier {v}")
+        } else {
+            format!("client {node}")
+        }
+    }
+
+    pub fn faulty(&self) -> bool {
+        self.now < self.faults_stop
+    }
+
+    pub fn note(&mut self, text: impl FnOnce(&World) -> String) {
+        if self.keep_timeline {
+            let t = text(self);
+            self.metrics.timeline.push((self.now, t));
+        }
+    }
+
+    // ------------------------------------------------------------ idle set
+
+    pub fn set_idle(&mut self, p: usize, idle: bool) {
+        let pos = self.idle_pos[p];
+        if idle && pos == u32::MAX {
+            self.idle_pos[p] = self.idle.len() as u32;
+            self.idle.push(self.first_provider + p as NodeId);
+        } else if !idle && pos != u32::MAX {
+            let last = self.idle.len() - 1;
+            self.idle.swap(pos as usize, last);
+            self.idle.pop();
+            if (pos as usize) < self.idle.len() {
+                let moved = self.idle[pos as usize] - self.first_provider;
+                self.idle_pos[moved as usize] = pos;
+            }
+            self.idle_pos[p] = u32::MAX;
+        }
+    }
+
+    // ------------------------------------------------------------ outputs
+
+    pub fn at(&mut self, delay: Millis, event: Event) {
+        self.queue.push(self.now.saturating_add(delay), event);
+    }
+
+    pub fn timer(&mut self, node: NodeId, delay: Millis, timer: Timer) {
+        let incarnation = self
+            .provider_index(node)
+            .map_or(0, |p| self.providers[p].incarnation);
+        self.at(
+            delay,
+            Event::Timer {
+                node,
+                incarnation,
+                timer,
+            },
+        );
+    }
+
+    pub fn send(&mut self, from: NodeId, to: NodeId, msg: Msg) {
+        let faulty = self.faulty();
+        if let Some(d) = self
+            .net
+            .deliver(from as usize, to as usize, &mut self.net_rng, faulty)
+        {
+            self.at(d, Event::Deliver { to, msg });
+        }
+    }
+
+    /// Heartbeats are most of the traffic. When every latency is below one heartbeat period
+    /// (`eager_heartbeats`), one is handed to the client as it is sent, with its arrival
+    /// time, instead of as a delivery event: the client counts it from that arrival (see
+    /// `World::heard`), so the detector decides as it would on delivery, at half the events.
+    pub fn send_heartbeat(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        job: JobId,
+        epoch: Epoch,
+        step: Step,
+    ) {
+        if !self.eager_heartbeats {
+            self.send(
+                from,
+                to,
+                Msg::Heartbeat {
+                    job,
+                    epoch,
+                    provider: from,
+                    step,
+                },
+            );
+            return;
+        }
+        let faulty = self.faulty();
+        if let Some(d) = self
+            .net
+            .deliver(from as usize, to as usize, &mut self.net_rng, faulty)
+        {
+            let arrival = self.now + d;
+            self.heard(to, job, epoch, from, step, arrival);
+        }
+    }
+
+    pub fn submit(&mut self, from: NodeId, call: Call) {
+        // Clients and verifiers reach an RPC endpoint even inside a partition (it is the
+        // peer-to-peer mesh that splits); the chain's own delay is the block time.
+        let d = self.net.latency_ms(&mut self.net_rng);
+        self.at(
+            d,
+            Event::TxArrive {
+                from,
+                call: Box::new(call),
+                tag: 0,
+            },
+        );
+    }
+
+    pub fn new_hash(&mut self) -> Hash {
+        let h = self.next_hash;
+        self.next_hash += 1;
+        h
+    }
+
+    // ------------------------------------------------------------ the loop
+
+    pub fn start(&mut self) {
+        for c in 0..self.cfg.clients {
+            self.clients_start(c);
+        }
+        for p in 0..self.providers.len() {
+            self.provider_start(p);
+        }
+        if self.cfg.network.partition_every_s > 0.0 {
+            let d = ms(self.partition_rng.exp(self.cfg.network.partition_every_s));
+            self.at(d, Event::PartitionStart);
+        }
+        for (index, s) in self.cfg.script.iter().enumerate() {
+            self.queue.push(ms(s.at_s), Event::Script { index });
+        }
+    }
+
+    /// Runs until the end time or the first checker failure.
+    pub fn run(&mut self) -> Result<(), Failure> {
+        self.start();
+        while let Some(t) = self.queue.peek_time() {
+            if t > self.end {
+                break;
+            }
+            let Some((t, ev)) = self.queue.pop() else {
+                break;
+            };
+            self.now = t;
+            self.metrics.events += 1;
+            let chain_changed = matches!(ev, Event::Block);
+            self.dispatch(ev);
+            let mut checker = std::mem::take(&mut self.checker);
+            let checked = checker.after_event(self, chain_changed);
+            self.checker = checker;
+            checked?;
+        }
+        self.now = self.now.max(self.end);
+        self.finish();
+        let mut checker = std::mem::take(&mut self.checker);
+        let checked = checker.at_end(self);
+        self.checker = checker;
+        checked
+    }
+
+    fn dispatch(&mut self, ev: Event) {
+        match ev {
+            Event::Deliver { to, msg } => {
+                self.trace.push(self.now, "deliver", to, &msg);
+                if let Msg::Wire(m) = &msg {
+                    self.drive_message(to, m);
+                } else {
+                    self.on_message(to, msg);
+                }
+            }
+            Event::Timer {
+                node,
+                incarnation,
+                timer,
+            } => {
+                if let Some(p) = self.provider_index(node)
+                    && self.providers[p].incarnation != incarnation
+                {
+                    return;
+                }
+                self.trace.push(self.now, "timer", node, &timer);
+                self.on_timer(node, timer);
+            }
+            Event::TxArrive { from, call, tag } => {
+                self.mempool.push((from, *call, tag));
+                if !self.block_scheduled {
+                    self.block_scheduled = true;
+                    let block = self.cfg.chain.block_ms;
+                    let next = (self.now / block + 1) * block;
+                    self.queue.push(next, Event::Block);
+                }
+            }
+            Event::Block => self.mine(),
+            Event::Chain { to, event } => self.on_chain(to, *event),
+            Event::TxFailed {
+                to,
+                call,
+                error,
+                tag,
+            } => {
+                if self.driver.is_some() {
+                    self.drive_tx_failed(to, tag, &error);
+                } else {
+                    self.on_tx_failed(to, *call, error);
+                }
+            }
+            Event::Fail { node } => {
+                self.trace.push(self.now, "fail", node, &());
+                self.provider_fail(node);
+            }
+            Event::Rejoin { node } => {
+                self.trace.push(self.now, "rejoin", node, &());
+                self.provider_rejoin(node);
+            }
+            Event::PartitionStart => {
+                if self.faulty() {
+                    self.net.start_partition(&mut self.partition_rng);
+                    self.trace.push(self.now, "partition", 0, &());
+                    let d = ms(self.cfg.network.partition_duration_s);
+                    self.at(d, Event::PartitionHeal);
+                }
+            }
+            Event::PartitionHeal => {
+                self.net.heal();
+                self.trace.push(self.now, "heal", 0, &());
+                let d = ms(self.partition_rng.exp(self.cfg.network.partition_every_s));
+                self.at(d, Event::PartitionStart);
+            }
+            Event::Script { index } => self.script(index),
+        }
+    }
+
+    fn on_message(&mut self, to: NodeId, msg: Msg) {
+        if let Some(p) = self.provider_index(to) {
+            self.provider_message(p, msg);
+        } else if let Some(v) = self.verifier_index(to) {
+            self.verifier_message(v, msg);
+        } else {
+            self.client_message(to, msg);
+        }
+    }
+
+    fn on_timer(&mut self, node: NodeId, timer: Timer) {
+        if self.driver.is_some() {
+            return self.drive_timer(node, timer);
+        }
+        if let Some(p) = self.provider_index(node) {
+            self.provider_timer(p, timer);
+        } else if let Some(v) = self.verifier_index(node) {
+            self.verifier_timer(v, timer);
+        } else {
+            self.client_timer(node, timer);
+        }
+    }
+
+    fn on_chain(&mut self, to: NodeId, event: escrow::Event) {
+        if self.driver.is_some() {
+            return self.drive_chain(to, &event);
+        }
+        if let Some(p) = self.provider_index(to) {
+            self.provider_chain(p, &event);
+        } else if let Some(v) = self.verifier_index(to) {
+            self.verifier_chain(v, &event);
+        } else {
+            self.client_chain(to, &event);
+        }
+    }
+
+    fn on_tx_failed(&mut self, to: NodeId, call: Call, error: escrow::EscrowError) {
+        if self.provider_index(to).is_none() && self.verifier_index(to).is_none() {
+            self.client_tx_failed(to, call, error);
+        }
+    }
+
+    fn script(&mut self, index: usize) {
+        let s = self.cfg.script[index].clone();
+        let Some(p) = self
+            .providers
+            .iter()
+            .position(|p| p.name.as_deref() == Some(s.provider.as_str()))
+        else {
+            return;
+        };
+        let node = self.provider_node(p);
+        match s.action {
+            crate::config::ScriptAction::Kill => self.provider_fail(node),
+            crate::config::ScriptAction::Rejoin => self.provider_rejoin(node),
+        }
+    }
+
+    // ------------------------------------------------------------ chain
+
+    fn mine(&mut self) {
+        self.block_scheduled = false;
+        let txs = std::mem::take(&mut self.mempool);
+        let ts = self.now / 1000;
+        for (from, call, tag) in txs {
+            let name = call.name();
+            self.trace.push(self.now, name, from, &());
+            match self.escrow.execute(from, ts, call.clone()) {
+                Ok(events) => {
+                    *self.metrics.tx_ok.entry(name).or_default() += 1;
+                    if tag != 0 {
+                        self.drive_tx_done(tag);
+                    }
+                    for e in events {
+                        // The checker sees the event before any bookkeeping forgets ground truth.
+                        let mut checker = std::mem::take(&mut self.checker);
+                        if let Err(f) = checker.on_escrow_event(self, &e) {
+                            checker.fail_later(f);
+                        }
+                        self.checker = checker;
+                        // Recipients are who the job involved before the event (an ended
+                        // epoch's provider must hear of it), except a new job's.
+                        if matches!(e, escrow::Event::JobCreated { .. }) {
+                            self.book_event(from, &e);
+                            self.broadcast(&e);
+                        } else {
+                            self.broadcast(&e);
+                            self.book_event(from, &e);
+                        }
+                    }
+                }
+                Err(error) => {
+                    *self
+                        .metrics
+                        .tx_failed
+                        .entry(format!("{name}: {error}"))
+                        .or_default() += 1;
+                    let d = self.net.latency_ms(&mut self.net_rng);
+                    self.at(
+                        d,
+                        Event::TxFailed {
+                            to: from,
+                            call: Box::new(call),
+                            error,
+                            tag,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Who hears of a chain event: the job's client, verifiers and provider(s) concerned.
+    /// (Real nodes filter the contract's logs by job; the sim delivers only what they keep.)
+    fn broadcast(&mut self, e: &escrow::Event) {
+        let mut to: Vec<NodeId> = Vec::new();
+        let job = match e {
+            escrow::Event::JobCreated { job_id, .. }
+            | escrow::Event::EpochEnded { job_id, .. }
+            | escrow::Event::CheckpointAccepted { job_id, .. }
+            | escrow::Event::CheckpointRejected { job_id, .. }
+            | escrow::Event::JobCompleted { job_id, .. }
+            | escrow::Event::JobExpired { job_id, .. } => Some(*job_id),
+            escrow::Event::ProviderAssigned {
+                job_id, provider, ..
+            } => {
+                to.push(*provider);
+                Some(*job_id)
+            }
+            _ => None,
+        };
+        let Some(job) = job else { return };
+        if self.driver.is_some() {
+            // Role machines follow every job on chain, as a node's chain client does.
+            to = (0..(self.cfg.clients + self.cfg.providers + self.cfg.verifiers)).collect();
+        } else if let Some(b) = self.book(job) {
+            to.push(b.client);
+            to.extend(b.verifiers.iter().copied());
+            if let Some(p) = b.provider {
+                to.push(p);
+            }
+        }
+        to.sort_unstable();
+        to.dedup();
+        for n in to {
+            let d = self.net.latency_ms(&mut self.net_rng);
+            self.at(
+                d,
+                Event::Chain {
+                    to: n,
+                    event: Box::new(e.clone()),
+                },
+            );
+        }
+    }
+
+    pub fn book(&self, job: JobId) -> Option<&JobBook> {
+        usize::try_from(job)
+            .ok()
+            .and_then(|j| j.checked_sub(1))
+            .and_then(|j| self.books.get(j))
+    }
+
+    pub fn book_mut(&mut self, job: JobId) -> Option<&mut JobBook> {
+        usize::try_from(job)
+            .ok()
+            .and_then(|j| j.checked_sub(1))
+            .and_then(|j| self.books.get_mut(j))
+    }
+
+    /// Engine bookkeeping and metrics for an executed escrow event.
+    fn book_event(&mut self, from: NodeId, e: &escrow::Event) {
+        let now = self.now;
+        match e {
+            escrow::Event::JobCreated { job_id, .. } => {
+                let verifiers = self.clients[from as usize].pending_verifiers.clone();
+                debug_assert_eq!(*job_id as usize, self.books.len() + 1);
+                self.books.push(JobBook {
+                    client: from,
+                    verifiers,
+                    ..JobBook::default()
+                });
+                self.metrics.jobs_created += 1;
+                self.note(|w| format!("Job {job_id} created by {}", w.name(from)));
+            }
+            escrow::Event::ProviderAssigned {
+                job_id,
+                epoch,
+                provider,
+                start_step,
+                ..
+            } => {
+                if let Some(b) = self.book_mut(*job_id) {
+                    b.provider = Some(*provider);
+                    b.epoch = *epoch;
+                    b.failed_at = None;
+                }
+                let (p, e, s) = (*provider, *epoch, *start_step);
+                self.note(|w| {
+                    format!(
+                        "Job {job_id} epoch {e}: {} assigned from step {s}",
+                        w.name(p)
+                    )
+                });
+            }
+            escrow::Event::EpochEnded {
+                job_id,
+                epoch,
+                reason,
+            } => {
+                if let Some(b) = self.book_mut(*job_id)
+                    && b.epoch == *epoch
+                {
+                    b.provider = None;
+                    b.failed_at = None;
+                }
+                let (e, r) = (*epoch, *reason);
+                self.note(|_| format!("Job {job_id} epoch {e} ended ({r:?})"));
+            }
+            escrow::Event::CheckpointAccepted {
+                job_id,
+                epoch,
+                step,
+                provider,
+                amount,
+                ..
+            } => {
+                let last = self.book(*job_id).map_or(0, |b| b.last_accepted);
+                self.metrics.steps_accepted += step.saturating_sub(last);
+                self.metrics.paid += amount;
+                if let Some(b) = self.book_mut(*job_id) {
+                    b.last_accepted = *step;
+                }
+                let acc = self.metrics.steps_accepted;
+                self.metrics.accepted_curve.push((now, acc));
+                if let Some((k, _)) = self.cheat_claims.remove(&(*job_id, *epoch, *step)) {
+                    self.metrics.cheats.entry(k).or_default().missed += 1;
+                }
+                if let Some(pi) = self.provider_index(*provider)
+                    && let Some(n) = self.providers[pi].name.clone()
+                {
+                    *self.metrics.paid_by_name.entry(n).or_default() += amount;
+                }
+                let (p, s, a) = (*provider, *step, *amount);
+                self.note(|w| {
+                    format!(
+                        "Job {job_id}: checkpoint at step {s} accepted, {} credited {}",
+                        w.name(p),
+                        usdc(a)
+                    )
+                });
+            }
+            escrow::Event::CheckpointRejected {
+                job_id,
+                epoch,
+                step,
+                provider,
+                slashed,
+                ..
+            } => {
+                self.metrics.slashed += slashed;
+                if let Some((k, at)) = self.cheat_claims.remove(&(*job_id, *epoch, *step)) {
+                    self.metrics.cheats.entry(k).or_default().caught += 1;
+                    self.metrics.cheat_detection_ms.push(now.saturating_sub(at));
+                }
+                if let Some(b) = self.book_mut(*job_id) {
+                    b.recovering = Some((now, true));
+                }
+                let (p, s) = (*provider, *step);
+                self.note(|w| {
+                    format!(
+                        "Job {job_id}: {}'s checkpoint at step {s} refused, stake slashed",
+                        w.name(p)
+                    )
+                });
+            }
+            escrow::Event::JobCompleted { job_id, refund } => {
+                self.metrics.jobs_completed += 1;
+                self.metrics.refunded += refund;
+                self.job_finished(*job_id);
+                let r = *refund;
+                self.note(|_| format!("Job {job_id} complete, {} back to the client", usdc(r)));
+            }
+            escrow::Event::JobExpired { job_id, refund } => {
+                self.metrics.jobs_expired += 1;
+                self.metrics.refunded += refund;
+                self.job_finished(*job_id);
+                let r = *refund;
+                self.note(|_| format!("Job {job_id} expired, {} back to the client", usdc(r)));
+            }
+            _ => {}
+        }
+    }
+
+    fn job_finished(&mut self, job: JobId) {
+        // Ground truth of a finished job is no longer needed by anyone but a late cheater.
+        if let Some(b) = self.book_mut(job) {
+            let hashes = std::mem::take(&mut b.checkpoints);
+            for h in hashes {
+                self.truths.remove(&h);
+            }
+        }
+    }
+
+    /// Steps of epochs still running count as trained (and, unaccepted, lost) at the end.
+    fn finish(&mut self) {
+        for p in 0..self.providers.len() {
+            self.provider_stop(p);
+            let node = self.provider_node(p);
+            self.drive_kill(node);
+        }
+    }
+
+    pub fn register_truth(&mut self, job: JobId, truth: Truth) -> Hash {
+        let h = self.new_hash();
+        if truth.cheat.is_none() {
+            self.last_honest = Some((job, h));
+        }
+        self.truths.insert(h, truth);
+        if let Some(b) = self.book_mut(job) {
+            b.checkpoints.push(h);
+        }
+        h
+    }
+
+    pub fn chain_time_s(&self) -> u64 {
+        self.now / 1000
+    }
+}
+
+/// Token units as USDC with three decimals, the product page's style.
+pub fn usdc(units: u128) -> String {
+    let whole = units / 1_000_000;
+    let frac = (units % 1_000_000) / 1_000;
+    format!("{whole}.{frac:03} USDC")
+}
