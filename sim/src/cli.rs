@@ -67,18 +67,32 @@ pub fn load(target: &str) -> Result<SimConfig> {
     Ok(cfg)
 }
 
+/// Writes to stdout; a reader that went away (`| head`) ends the run quietly instead of
+/// panicking the way `print!` does on a closed pipe.
+fn out(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        r => r.context("writing to stdout"),
+    }
+}
+
 pub fn run_cli(cmd: SimCommand) -> Result<()> {
     match cmd.action {
         SimAction::Presets => {
             for n in presets::NAMES {
-                println!("{n}");
+                out(&format!("{n}\n"))?;
             }
             Ok(())
         }
         SimAction::Show { preset } => {
             let cfg =
                 presets::by_name(&preset).with_context(|| format!("unknown preset `{preset}`"))?;
-            print!("{}", cfg.to_toml());
+            out(&cfg.to_toml())?;
             Ok(())
         }
         SimAction::Run(args) => run_args(args),
@@ -104,7 +118,7 @@ fn run_args(args: RunArgs) -> Result<()> {
             Err(e) => return Err(e.into()),
         };
         let wall = started.elapsed().as_secs_f64();
-        print!("{}", outcome.report.to_text());
+        out(&outcome.report.to_text())?;
         // Wall time is not part of the report: the report must not depend on the machine.
         eprintln!(
             "wall time {wall:.2} s, {:.0} events/s",

@@ -3,7 +3,7 @@
 
 use crate::cheat::CheatKind;
 use crate::config::{
-    CheatConfig, ChurnConfig, HardwareClass, JobConfig, NamedProvider, NetworkConfig,
+    CheatConfig, ChurnConfig, DriverKind, HardwareClass, JobConfig, NamedProvider, NetworkConfig,
     ProtocolConfig, ScriptAction, ScriptedFault, SimConfig, USDC,
 };
 
@@ -71,6 +71,8 @@ pub fn nov4() -> SimConfig {
             provider: "A".into(),
             action: ScriptAction::Kill,
         }],
+        // Small enough for the real role machines: the story runs the code the node runs.
+        driver: DriverKind::Protocol,
         keep_call_log: true,
         ..SimConfig::default()
     }
@@ -111,6 +113,8 @@ pub fn break_it() -> SimConfig {
             provider: "A".into(),
             action: ScriptAction::Kill,
         }],
+        // Small enough for the real role machines: the story runs the code the node runs.
+        driver: DriverKind::Protocol,
         keep_call_log: true,
         ..SimConfig::default()
     }
