@@ -735,22 +735,7 @@ impl World {
                 }
                 run.started = Some(now);
                 let (from, interval, until) = (run.from_step, run.interval, run.until);
-                if let Some(b) = self.book_mut(job)
-                    && let Some((t, after_reject)) = b.recovering.take()
-                {
-                    let d = now.saturating_sub(t);
-                    if after_reject {
-                        self.metrics.recovery_after_reject_ms.push(d);
-                    } else {
-                        self.metrics.recovery_after_failure_ms.push(d);
-                    }
-                }
-                self.note(|w| {
-                    format!(
-                        "Job {job}: training starts on {} at step {from}",
-                        w.name(node)
-                    )
-                });
+                self.training_started(job, node, from, now);
                 self.timer(
                     node,
                     self.cfg.protocol.heartbeat_ms,

@@ -789,6 +789,28 @@ impl World {
             .and_then(|j| self.books.get_mut(j))
     }
 
+    /// Training (re)starts on `node`: closes the job's open recovery window, if any (after a
+    /// lost provider or a refused checkpoint), and notes it in the timeline. Both drivers
+    /// call this, so their recovery figures are measured the same way.
+    pub fn training_started(&mut self, job: JobId, node: NodeId, from: Step, now: u64) {
+        if let Some(b) = self.book_mut(job)
+            && let Some((t, after_reject)) = b.recovering.take()
+        {
+            let d = now.saturating_sub(t);
+            if after_reject {
+                self.metrics.recovery_after_reject_ms.push(d);
+            } else {
+                self.metrics.recovery_after_failure_ms.push(d);
+            }
+        }
+        self.note(|w| {
+            format!(
+                "Job {job}: training starts on {} at step {from}",
+                w.name(node)
+            )
+        });
+    }
+
     /// Engine bookkeeping and metrics for an executed escrow event.
     fn book_event(&mut self, from: NodeId, e: &escrow::Event) {
         let now = self.now;

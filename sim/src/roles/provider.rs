@@ -297,22 +297,7 @@ impl World {
                 let next = ((a.start_step / a.interval) + 1) * a.interval;
                 let next = next.min(a.total_steps);
                 let start = a.start_step;
-                if let Some(b) = self.book_mut(job)
-                    && let Some((t, after_reject)) = b.recovering.take()
-                {
-                    let d = now.saturating_sub(t);
-                    if after_reject {
-                        self.metrics.recovery_after_reject_ms.push(d);
-                    } else {
-                        self.metrics.recovery_after_failure_ms.push(d);
-                    }
-                }
-                self.note(|w| {
-                    format!(
-                        "Job {job}: training starts on {} at step {start}",
-                        w.name(node)
-                    )
-                });
+                self.training_started(job, node, start, now);
                 self.schedule_checkpoint(p, next);
             }
             Timer::CheckpointDue { job, epoch, step } => {
