@@ -20,7 +20,7 @@ use gpuchain_protocol::spec::JobSpec;
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{Address, B256, Time, U256};
 
-use crate::cheat::{Observed, quality_ok};
+use crate::cheat::quality_ok;
 use crate::escrow::{self, BidSig, Call, Epoch, Hash, JobId, Step, VoteSig};
 use crate::queue::Millis;
 use crate::training;
@@ -427,20 +427,7 @@ impl World {
         id: Hash,
         base_id: Hash,
     ) -> QualityReport {
-        let observed = match self.truths.get(&id) {
-            Some(t) => Observed {
-                metadata_matches: t.job == job && t.step == step && t.epoch == epoch,
-                accuracy: t.accuracy,
-                loss: t.loss,
-                step_mismatch: t.step_mismatch,
-            },
-            None => Observed {
-                metadata_matches: false,
-                accuracy: 0.0,
-                loss: f64::NAN,
-                step_mismatch: 1.0,
-            },
-        };
+        let observed = self.observe(id, job, epoch, step);
         let base = self
             .truths
             .get(&base_id)

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::cheat::CheatKind;
+use crate::cheat::{CheatKind, Observed};
 use crate::checker::{Checker, Failure};
 use crate::config::SimConfig;
 use crate::escrow::{self, Call, Epoch, Escrow, Hash, JobId, Step};
@@ -787,6 +787,26 @@ impl World {
             .ok()
             .and_then(|j| j.checked_sub(1))
             .and_then(|j| self.books.get_mut(j))
+    }
+
+    /// What a verifier's quality test and replay see in the checkpoint `hash`, announced as
+    /// (`job`, `epoch`, `step`). Both drivers judge checkpoints through this one view.
+    pub fn observe(&self, hash: Hash, job: JobId, epoch: Epoch, step: Step) -> Observed {
+        match self.truths.get(&hash) {
+            Some(t) => Observed {
+                metadata_matches: t.job == job && t.step == step && t.epoch == epoch,
+                accuracy: t.accuracy,
+                loss: t.loss,
+                step_mismatch: t.step_mismatch,
+            },
+            // Not a checkpoint of anything we know: the base model or garbage.
+            None => Observed {
+                metadata_matches: false,
+                accuracy: 0.0,
+                loss: f64::NAN,
+                step_mismatch: 1.0,
+            },
+        }
     }
 
     /// Training (re)starts on `node`: closes the job's open recovery window, if any (after a

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cheat::{Observed, quality_ok};
+use crate::cheat::quality_ok;
 use crate::escrow::{self, Epoch, JobId, Step};
 use crate::rng::SimRng;
 use crate::world::{Msg, NodeId, Timer, World, ms};
@@ -89,21 +89,7 @@ impl World {
                 if !served {
                     return;
                 }
-                let observed = match self.truths.get(&hash) {
-                    Some(t) => Observed {
-                        metadata_matches: t.job == job && t.step == step && t.epoch == epoch,
-                        accuracy: t.accuracy,
-                        loss: t.loss,
-                        step_mismatch: t.step_mismatch,
-                    },
-                    // Not a checkpoint of anything we know: the base model or garbage.
-                    None => Observed {
-                        metadata_matches: false,
-                        accuracy: 0.0,
-                        loss: f64::NAN,
-                        step_mismatch: 1.0,
-                    },
-                };
+                let observed = self.observe(hash, job, epoch, step);
                 let vs = &mut self.verifiers[v];
                 let baseline = vs
                     .baseline
