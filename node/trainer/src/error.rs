@@ -29,6 +29,9 @@ pub enum TrainerError {
     /// A checkpoint or state file could not be parsed or does not fit the job.
     #[error("checkpoint refused: {0}")]
     Checkpoint(String),
+    /// A dataset bundle could not be packed or unpacked (see `data::bundle`).
+    #[error("dataset bundle refused: {0}")]
+    Bundle(String),
     /// The job specification is inconsistent (e.g. a batch that is zero).
     #[error("invalid job spec: field `{field}`: {reason}")]
     Spec { field: &'static str, reason: String },

@@ -8,8 +8,11 @@
 //! - provider: [`Trainer::new`] or [`Trainer::resume`], then [`Trainer::step`] or
 //!   [`Trainer::train`] (cancel flag + per-step callback), [`Trainer::checkpoint`] →
 //!   [`Checkpoint::to_bytes`], [`Trainer::interval_hashes`] + [`commitment_root`] for the
-//!   announce, [`Trainer::serve_state`] for verifiers, [`Trainer::start_interval`] after it;
-//! - verifier: [`quality_test`] and [`spot_check_interval`] (or [`spot_check`] per step);
+//!   announce, [`Trainer::serve_state`] or [`Trainer::interval_preimages`] (state blobs
+//!   addressed by their state hash) for verifiers, [`Trainer::start_interval`] after it;
+//! - verifier: [`quality_test`] and [`spot_check_interval`] (or [`spot_check`] per step, or
+//!   [`spot_check_preimage`] from a state blob);
+//! - a job's data as one blob per split: [`data::bundle`].
 //! - faults for tests and the demo: [`cheat`].
 
 pub mod cheat;
@@ -35,6 +38,6 @@ pub use state::{StateHash, TrainState, commitment_root};
 pub use trainer::{MicroBatchPlan, StepReport, Stop, Trainer, TrainerOptions, plan_micro_batch};
 pub use verify::quality::{EvalReport, Reason, Verdict, quality_test, quality_test_cached};
 pub use verify::spot::{
-    SpotMode, SpotReport, SpotResult, choose_steps, spot_check, spot_check_interval,
-    spot_check_tolerant,
+    SpotMode, SpotReport, SpotResult, checkpoint_from_preimage, choose_steps, spot_check,
+    spot_check_interval, spot_check_preimage, spot_check_tolerant,
 };

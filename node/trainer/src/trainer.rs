@@ -266,11 +266,41 @@ impl Trainer {
 
     /// The recorded state at `step` as checkpoint bytes, for a verifier's spot check.
     pub fn serve_state(&self, step: u64) -> Result<Vec<u8>> {
-        if !self.keep_states {
-            return Err(TrainerError::ckpt(
+        let state = self.recorded(step)?.clone();
+        self.checkpoint_of(state)?.to_bytes()
+    }
+
+    /// The recorded state at `step` as its preimage ([`TrainState::preimage`]): a blob whose
+    /// BLAKE3 is the committed state hash, so a verifier can fetch it by that hash.
+    pub fn state_preimage(&self, step: u64) -> Result<Vec<u8>> {
+        self.recorded(step)?.preimage()
+    }
+
+    /// Every recorded state of the current interval as (state hash, preimage), index 0 being
+    /// the interval's start: what a provider publishes as blobs alongside its announce.
+    pub fn interval_preimages(&self) -> Result<Vec<(StateHash, Vec<u8>)>> {
+        self.require_states()?;
+        self.states
+            .iter()
+            .map(|s| {
+                let bytes = s.preimage()?;
+                Ok((StateHash::of_preimage(&bytes), bytes))
+            })
+            .collect()
+    }
+
+    fn require_states(&self) -> Result<()> {
+        if self.keep_states {
+            Ok(())
+        } else {
+            Err(TrainerError::ckpt(
                 "this trainer does not keep per-step states (keep_states is off)",
-            ));
+            ))
         }
+    }
+
+    fn recorded(&self, step: u64) -> Result<&TrainState> {
+        self.require_states()?;
         let k = step
             .checked_sub(self.interval_start)
             .filter(|k| (*k as usize) < self.states.len())
@@ -281,8 +311,7 @@ impl Trainer {
                     self.interval_start + self.states.len() as u64 - 1
                 ))
             })?;
-        let state = self.states[k as usize].clone();
-        self.checkpoint_of(state)?.to_bytes()
+        Ok(&self.states[k as usize])
     }
 
     fn checkpoint_of(&self, state: TrainState) -> Result<Checkpoint> {

@@ -24,6 +24,24 @@ pub enum Split {
     Test,
 }
 
+/// The training split's files (images, labels), as [`FashionMnist::load`] reads them: a job's
+/// training bundle holds exactly these.
+pub const FASHION_TRAIN_FILES: [&str; 2] =
+    ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"];
+/// The test split's files (images, labels): the eval bundle.
+pub const FASHION_EVAL_FILES: [&str; 2] =
+    ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"];
+
+impl Split {
+    /// This split's (images, labels) file names.
+    pub fn files(self) -> [&'static str; 2] {
+        match self {
+            Split::Train => FASHION_TRAIN_FILES,
+            Split::Test => FASHION_EVAL_FILES,
+        }
+    }
+}
+
 const SIDE: usize = 28;
 const PIXELS: usize = SIDE * SIDE;
 // The training set's pixel mean and standard deviation (on a 0..1 scale).
@@ -49,12 +67,9 @@ impl FashionMnist {
                     .into(),
             });
         }
-        let prefix = match split {
-            Split::Train => "train",
-            Split::Test => "t10k",
-        };
-        let img_path = dir.join(format!("{prefix}-images-idx3-ubyte.gz"));
-        let lbl_path = dir.join(format!("{prefix}-labels-idx1-ubyte.gz"));
+        let [images_file, labels_file] = split.files();
+        let img_path = dir.join(images_file);
+        let lbl_path = dir.join(labels_file);
         let (img_dims, mut images) = read_idx(&img_path, 0x0803)?;
         let (lbl_dims, mut labels) = read_idx(&lbl_path, 0x0801)?;
         if img_dims.len() != 3 || img_dims[1] != SIDE || img_dims[2] != SIDE {

@@ -1,10 +1,12 @@
 //! Datasets and the deterministic order in which a job reads them.
 
+pub mod bundle;
 mod fashion;
 mod order;
 mod text;
 
-pub use fashion::{FashionMnist, Split, fashion_dir};
+pub use bundle::{pack_dir_files, pack_files, unpack_to_dir};
+pub use fashion::{FASHION_EVAL_FILES, FASHION_TRAIN_FILES, FashionMnist, Split, fashion_dir};
 pub use order::DataOrder;
 pub use text::{TextDataset, TextExample, parse_ag_news_csv, parse_jsonl};
 

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use rand::Rng;
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, CheckpointMeta};
+use crate::data::DataOrder;
 use crate::error::Result;
 use crate::init::rng_for;
 use crate::job::Job;
@@ -96,16 +97,83 @@ pub fn spot_check(
             ),
         ));
     }
-    let replayed = match replay(job, &b, Some(b.meta.micro_batch), None) {
-        Ok(s) => s.hash()?,
-        Err(e) => {
-            return Ok(refuse(
-                step,
-                format!("replay refused the served state: {e}"),
-            ));
-        }
+    Ok(replay_exact(job, &b, committed_after))
+}
+
+/// Exact mode from a state preimage (a blob fetched by its hash, [`TrainState::preimage`])
+/// rather than a served checkpoint. A preimage carries only step, cursor and tensors, so the
+/// rest of what a resume needs comes from the candidate checkpoint the interval ends in: its
+/// job, spec fingerprint, model, epoch, data-order seed and, for an exact replay, the
+/// producer's micro-batch.
+pub fn spot_check_preimage(
+    job: &Arc<Job>,
+    candidate_meta: &CheckpointMeta,
+    before: &[u8],
+    committed_before: StateHash,
+    committed_after: StateHash,
+) -> Result<SpotResult> {
+    let found = StateHash::of_preimage(before);
+    if found != committed_before {
+        return Ok(refuse(
+            0,
+            format!("state preimage hashes to {found}, not the committed {committed_before}"),
+        ));
+    }
+    let ckpt = match checkpoint_from_preimage(job, candidate_meta, before) {
+        Ok(c) => c,
+        Err(e) => return Ok(refuse(0, format!("state preimage unreadable: {e}"))),
     };
-    Ok(if replayed == committed_after {
+    // Parsing accepts only canonical bytes, so this holds; checked because the replay must
+    // start from exactly the committed state.
+    if ckpt.meta.state_hash != committed_before {
+        return Ok(refuse(
+            ckpt.meta.step,
+            format!(
+                "state preimage re-encodes to {}, not the committed {committed_before}",
+                ckpt.meta.state_hash
+            ),
+        ));
+    }
+    Ok(replay_exact(job, &ckpt, committed_after))
+}
+
+/// The checkpoint the provider's `serve_state` would have served for the state in `preimage`,
+/// given the meta of the checkpoint its interval ends in (same job, epoch, parent and
+/// micro-batch throughout an interval). It does not check the state against a commitment:
+/// that is the caller's, e.g. by fetching the preimage by its committed hash.
+pub fn checkpoint_from_preimage(
+    job: &Job,
+    candidate_meta: &CheckpointMeta,
+    preimage: &[u8],
+) -> Result<Checkpoint> {
+    let state = TrainState::from_preimage(preimage, &job.device)?;
+    let meta = CheckpointMeta {
+        job_id: candidate_meta.job_id.clone(),
+        spec_fingerprint: candidate_meta.spec_fingerprint,
+        model: candidate_meta.model.clone(),
+        epoch: candidate_meta.epoch,
+        step: state.step,
+        data_cursor: state.cursor,
+        rng_seed: candidate_meta.rng_seed,
+        // As the trainer records it: the pass of the job's data order that the cursor is in.
+        rng_pass: DataOrder::new(job.spec.seed, job.train.len()).pass(state.cursor),
+        parent: candidate_meta.parent,
+        micro_batch: candidate_meta.micro_batch,
+        state_hash: state.hash()?,
+    };
+    Ok(Checkpoint { meta, state })
+}
+
+/// Replays one step of `before` with the producer's micro-batch and compares the result's
+/// hash with `committed_after`; a state the trainer refuses to resume is a refusal too.
+fn replay_exact(job: &Arc<Job>, before: &Checkpoint, committed_after: StateHash) -> SpotResult {
+    let step = before.meta.step;
+    let replayed =
+        match replay(job, before, Some(before.meta.micro_batch), None).and_then(|s| s.hash()) {
+            Ok(h) => h,
+            Err(e) => return refuse(step, format!("replay refused the served state: {e}")),
+        };
+    if replayed == committed_after {
         SpotResult {
             step,
             matched: true,
@@ -119,7 +187,7 @@ pub fn spot_check(
                 step + 1
             ),
         )
-    })
+    }
 }
 
 /// Tolerance mode: both served states must match their commitments; the verifier's replay of

@@ -4,9 +4,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod bert;
+mod bundle;
 mod common;
 mod data;
 mod resume;
+mod state_blobs;
 mod stock_bert;
 mod training;
 mod verification;
