@@ -1,13 +1,48 @@
 //! The scale benchmark: the churn-10k preset (10,000 nodes, 24 simulated hours), timed.
 //! `cargo bench -p gpuchain-sim --profile dev` (the profile tests and the binary use).
 //! Prints wall time, events and events/s; the target is ≤ 60 s wall on 2 cores.
+//!
+//! Arguments (after `--`): a number overrides the simulated hours; `protocol` runs the
+//! protocol crate's machines instead of the preset's stand-ins (`stand-in`), and then also
+//! prints the signatures made and recovered and what one of each costs here.
 
 use std::time::Instant;
 
+use gpuchain_protocol::B256;
+use gpuchain_protocol::signing::{SigningKey, recover_signer};
+use gpuchain_sim::config::DriverKind;
+
+/// Mean wall time of one secp256k1 signature and one recovery, microseconds.
+fn ecdsa_costs() -> (f64, f64) {
+    let key = SigningKey::from_seed(1);
+    let n = 500u64;
+    let digests: Vec<B256> = (0..n)
+        .map(|i| B256::left_padding_from(&i.to_be_bytes()))
+        .collect();
+    let t = Instant::now();
+    let sigs: Vec<_> = digests.iter().map(|d| key.sign_digest(d)).collect();
+    let sign = t.elapsed().as_secs_f64() / n as f64;
+    let t = Instant::now();
+    let ok = digests
+        .iter()
+        .zip(&sigs)
+        .filter(|(d, s)| recover_signer(d, s).is_ok_and(|a| a == key.address()))
+        .count();
+    let recover = t.elapsed().as_secs_f64() / n as f64;
+    assert_eq!(ok as u64, n, "every signature recovers its signer");
+    (sign * 1e6, recover * 1e6)
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; an optional number overrides the simulated hours.
-    let hours: Option<f64> = std::env::args().skip(1).find_map(|a| a.parse().ok());
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let hours: Option<f64> = args.iter().find_map(|a| a.parse().ok());
     let mut cfg = gpuchain_sim::presets::churn_10k();
+    if args.iter().any(|a| a == "protocol") {
+        cfg.driver = DriverKind::Protocol;
+    } else if args.iter().any(|a| a == "stand-in") {
+        cfg.driver = DriverKind::StandIn;
+    }
     if let Some(h) = hours {
         cfg.duration_s = h * 3_600.0;
         cfg.job.last_start_s = cfg.job.last_start_s.min(cfg.duration_s);
@@ -19,7 +54,8 @@ fn main() {
             let wall = started.elapsed().as_secs_f64();
             let r = &out.report;
             println!(
-                "churn-10k: {nodes} nodes, {:.1} simulated hours, seed 1: wall {wall:.1} s, {} events, {:.2} M events/s, {:.0}× real time",
+                "churn-10k ({:?} driver): {nodes} nodes, {:.2} simulated hours, seed 1: wall {wall:.1} s, {} events, {:.3} M events/s, {:.1}× real time",
+                cfg.driver,
                 cfg.duration_s / 3_600.0,
                 r.events,
                 r.events as f64 / wall / 1e6,
@@ -34,6 +70,16 @@ fn main() {
                 r.cheats.values().map(|c| c.caught).sum::<u64>(),
                 r.cheats.values().map(|c| c.missed).sum::<u64>()
             );
+            if let Some(c) = &r.signatures {
+                let (sign, recover) = ecdsa_costs();
+                let (s, v) = (c.signatures(), c.recoveries());
+                let crypto = (s as f64 * sign + v as f64 * recover) / 1e6;
+                println!(
+                    "  signatures: {s} made, {v} recovered; here one costs {sign:.0} µs to make and {recover:.0} µs to recover, ≈ {crypto:.1} s of the {wall:.1} s ({:.0} %)",
+                    crypto / wall * 100.0
+                );
+                println!("  made: {:?}\n  recovered: {:?}", c.signed, c.recovered);
+            }
         }
         Err(e) => {
             eprintln!("{e}");

@@ -114,7 +114,16 @@ fn run_args(args: RunArgs) -> Result<()> {
         let started = Instant::now();
         let outcome = match crate::run(cfg.clone(), seed) {
             Ok(o) => o,
-            Err(e @ SimError::Checker { .. }) => bail!("{e}"),
+            Err(e @ SimError::Checker { .. }) => {
+                // A smaller failing case, when one is found in a few dozen runs.
+                if let Some(s) = crate::shrink(&cfg, seed, crate::escrow::Bugs::default(), 40)
+                    && s.runs > 1
+                    && s.cfg != cfg
+                {
+                    eprintln!("{s}\n");
+                }
+                bail!("{e}")
+            }
             Err(e) => return Err(e.into()),
         };
         let wall = started.elapsed().as_secs_f64();

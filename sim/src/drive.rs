@@ -5,8 +5,14 @@
 //! as `Input::Chain`, and the trainer, blob store and verifier runners are answered from the
 //! training model and each checkpoint's ground truth.
 //!
-//! Real signatures are verified on every message, so this driver is for small runs (presets,
-//! a handful of seeds); the stand-ins remain the scale path (see README.md).
+//! Real signatures are made and verified on every message (secp256k1 in the protocol crate),
+//! which is what bounds this driver's speed: the run's report counts them (`signatures`).
+//!
+//! What reaches whom, at scale (see README.md, "The protocol driver at scale"): an offer on the
+//! jobs topic reaches `offer_fanout` random subscribers (the stand-ins' mesh assumption); a
+//! chain event reaches the nodes that follow its job (client, listed verifiers, providers that
+//! know the job); a provider's chain client reads a job from the chain (`JobCreated`, and its
+//! end if it has ended) the first time an offer or an assignment for it reaches the machine.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -23,6 +29,7 @@ use gpuchain_protocol::{Address, B256, Time, U256};
 use crate::cheat::quality_ok;
 use crate::escrow::{self, BidSig, Call, Epoch, Hash, JobId, Step, VoteSig};
 use crate::queue::Millis;
+use crate::rng::{Purpose, SimRng, stream};
 use crate::training;
 use crate::world::{Event, Msg, NodeId, Timer, World, ms};
 
@@ -67,8 +74,50 @@ pub struct Driver {
     armed: Vec<Option<Millis>>,
     tx_ids: HashMap<u64, (NodeId, TxId)>,
     next_tag: u64,
-    training: BTreeMap<NodeId, TrainRun>,
+    /// The trainers running, per node and job: like the node's, one per job, side by side
+    /// (a provider assigned two jobs at once trains both; no contention is modelled).
+    training: BTreeMap<(NodeId, JobId), TrainRun>,
     job_counter: u64,
+    /// Providers whose machine knows each live job (fed its `JobCreated`): they hear its
+    /// chain events. Dropped when the job ends.
+    followers: BTreeMap<JobId, BTreeSet<NodeId>>,
+    /// The event that ended each finished job, for a provider that looks the job up later.
+    ended: HashMap<JobId, escrow::Event>,
+    /// Draws which subscribers a topic-wide message reaches.
+    gossip_rng: SimRng,
+    pub crypto: CryptoCounts,
+}
+
+/// Signatures made and recovered, by message kind: what the protocol driver's speed is spent on.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct CryptoCounts {
+    /// Messages published by the machines, each signed once by its sender (secp256k1 sign).
+    pub signed: BTreeMap<&'static str, u64>,
+    /// Messages handed to a machine, each checked in its `handle_message` (one recovery).
+    pub recovered: BTreeMap<&'static str, u64>,
+    /// Bid and vote signatures recovered for the escrow model's `assign` and decisions.
+    pub recovered_on_chain: u64,
+}
+
+impl CryptoCounts {
+    pub fn signatures(&self) -> u64 {
+        self.signed.values().sum()
+    }
+
+    pub fn recoveries(&self) -> u64 {
+        self.recovered.values().sum::<u64>() + self.recovered_on_chain
+    }
+}
+
+fn kind(m: &Message) -> &'static str {
+    match m {
+        Message::NodeHello(_) => "hello",
+        Message::JobOffer(_) => "offer",
+        Message::Bid(_) => "bid",
+        Message::Heartbeat(_) => "heartbeat",
+        Message::CheckpointAnnounce(_) => "announce",
+        Message::Vote(_) => "vote",
+    }
 }
 
 fn token() -> Address {
@@ -138,6 +187,10 @@ impl Driver {
             next_tag: 1,
             training: BTreeMap::new(),
             job_counter: 0,
+            followers: BTreeMap::new(),
+            ended: HashMap::new(),
+            gossip_rng: stream(w.seed, Purpose::Gossip, 0),
+            crypto: CryptoCounts::default(),
         };
         for (i, key) in keys.into_iter().enumerate() {
             let node = i as NodeId;
@@ -261,19 +314,29 @@ impl World {
     fn execute(&mut self, node: NodeId, out: Output) {
         match out {
             Output::Publish { topic, message } => {
-                let Some(d) = self.driver.as_ref() else {
+                let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                let subs: Vec<NodeId> = d
+                *d.crypto.signed.entry(kind(&message)).or_default() += 1;
+                let mut subs: Vec<NodeId> = d
                     .subs
                     .get(&topic)
-                    .map(|s| s.iter().copied().collect())
+                    .map(|s| s.iter().copied().filter(|to| *to != node).collect())
                     .unwrap_or_default();
+                // The jobs topic spans every provider: within a bid window a mesh reaches
+                // some of them, `offer_fanout` drawn at random (all of them in small swarms).
+                let fanout = self.cfg.protocol.offer_fanout as usize;
+                if topic == gp::topics::JOBS_TOPIC && subs.len() > fanout {
+                    for i in 0..fanout {
+                        let j = i + d.gossip_rng.below((subs.len() - i) as u64) as usize;
+                        subs.swap(i, j);
+                    }
+                    subs.truncate(fanout);
+                    subs.sort_unstable();
+                }
                 let msg = Box::new(message);
                 for to in subs {
-                    if to != node {
-                        self.send(node, to, Msg::Wire(msg.clone()));
-                    }
+                    self.send(node, to, Msg::Wire(msg.clone()));
                 }
             }
             Output::Subscribe { topic } => {
@@ -333,11 +396,11 @@ impl World {
                     parent: from_checkpoint,
                     started: None,
                 };
-                // A new assignment replaces whatever this trainer ran before: count that first.
+                // A new epoch of the same job replaces its trainer: count that first.
                 let previous = self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&node))
+                    .and_then(|d| d.training.get(&(node, job)))
                     .map(|r| (r.job, r.epoch));
                 if let Some((j, e)) = previous {
                     self.stop_run(node, j, e);
@@ -345,7 +408,7 @@ impl World {
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                d.training.insert(node, run);
+                d.training.insert((node, job), run);
                 // The trainer fetches the start checkpoint from the client or a verifier first.
                 let client = self.book(job).map_or(0, |b| b.client);
                 let bytes = self.cfg.job.checkpoint_bytes;
@@ -445,14 +508,14 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(run) = d.training.get(&node) else {
+        let Some(run) = d.training.get(&(node, job)) else {
             return;
         };
-        if run.job != job || run.epoch != epoch {
+        if run.epoch != epoch {
             return;
         }
         let run = run.clone();
-        d.training.remove(&node);
+        d.training.remove(&(node, job));
         if let (Some(t0), Some(p)) = (run.started, self.provider_index(node))
             && let Some(rate) = self.providers[p].rate
         {
@@ -563,6 +626,7 @@ impl World {
                     price_per_step,
                     expiry: bid_expiry,
                 };
+                d.crypto.recovered_on_chain += 1;
                 let signer = fields
                     .recover(&d.domain, &bid_signature)
                     .ok()
@@ -649,6 +713,7 @@ fn vote_sigs(
         checkpoint_hash: hash,
         accept,
     };
+    d.crypto.recovered_on_chain += sigs.len() as u64;
     Some(
         sigs.iter()
             .map(|s| {
@@ -673,9 +738,86 @@ fn vote_sigs(
 impl World {
     /// A gossip message reaches a node's machine.
     pub fn drive_message(&mut self, to: NodeId, msg: &Message) {
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        if d.machines[to as usize].is_none() {
+            return;
+        }
+        *d.crypto.recovered.entry(kind(msg)).or_default() += 1;
+        if let Message::JobOffer(o) = msg
+            && let Some(job) = job_u64(o.job_id)
+        {
+            self.drive_look_up(to, job);
+        }
         self.feed(to, |m, now| {
             m.handle_message(now, msg);
         });
+    }
+
+    /// A provider's chain client reads a job it has not followed yet from the chain, as the
+    /// first offer or assignment for it arrives: `JobCreated`, and the event that ended it if
+    /// it has ended. From then on the provider hears the job's chain events.
+    fn drive_look_up(&mut self, node: NodeId, job: JobId) {
+        if self.provider_index(node).is_none() {
+            return;
+        }
+        let Some(d) = self.driver.as_ref() else {
+            return;
+        };
+        if d.followers.get(&job).is_some_and(|f| f.contains(&node)) {
+            return;
+        }
+        let ended = d.ended.get(&job).cloned();
+        let Some(j) = self.escrow.job(job) else {
+            return;
+        };
+        let created = escrow::Event::JobCreated {
+            job_id: job,
+            client: j.client,
+            budget: j.deposit,
+        };
+        let block_time = self.chain_time_s();
+        for e in std::iter::once(created).chain(ended.clone()) {
+            if let Some(event) = self.chain_event_of(&e) {
+                self.feed(node, |m, now| {
+                    m.handle_input(now, Input::Chain { block_time, event })
+                });
+            }
+        }
+        if ended.is_none()
+            && let Some(d) = self.driver.as_mut()
+        {
+            d.followers.entry(job).or_default().insert(node);
+        }
+    }
+
+    /// Who hears a chain event of `job` under this driver: the job's client and listed
+    /// verifiers, the providers following it and the one an assignment names. A job's end
+    /// is remembered (for late look-ups) and its followers dropped.
+    pub fn drive_recipients(&mut self, job: JobId, e: &escrow::Event) -> Vec<NodeId> {
+        let mut to: Vec<NodeId> = Vec::new();
+        if let Some(b) = self.book(job) {
+            to.push(b.client);
+            to.extend(b.verifiers.iter().copied());
+        }
+        if let escrow::Event::ProviderAssigned { provider, .. } = e {
+            to.push(*provider);
+        }
+        let Some(d) = self.driver.as_mut() else {
+            return to;
+        };
+        if let Some(f) = d.followers.get(&job) {
+            to.extend(f.iter().copied());
+        }
+        if matches!(
+            e,
+            escrow::Event::JobCompleted { .. } | escrow::Event::JobExpired { .. }
+        ) {
+            d.followers.remove(&job);
+            d.ended.insert(job, e.clone());
+        }
+        to
     }
 
     pub fn drive_timer(&mut self, node: NodeId, timer: Timer) {
@@ -714,7 +856,7 @@ impl World {
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                let Some(run) = d.training.get_mut(&node) else {
+                let Some(run) = d.training.get_mut(&(node, job)) else {
                     return;
                 };
                 if run.job != job || run.epoch != epoch || run.started.is_some() {
@@ -810,7 +952,7 @@ impl World {
     }
 
     fn run_progress(&self, node: NodeId, job: JobId, epoch: Epoch) -> Option<Step> {
-        let run = self.driver.as_ref()?.training.get(&node)?;
+        let run = self.driver.as_ref()?.training.get(&(node, job))?;
         if run.job != job || run.epoch != epoch {
             return None;
         }
@@ -821,7 +963,11 @@ impl World {
     }
 
     fn schedule_run_checkpoint(&mut self, node: NodeId, job: JobId, epoch: Epoch, step: Step) {
-        let Some(run) = self.driver.as_ref().and_then(|d| d.training.get(&node)) else {
+        let Some(run) = self
+            .driver
+            .as_ref()
+            .and_then(|d| d.training.get(&(node, job)))
+        else {
             return;
         };
         let (Some(t0), Some(p)) = (run.started, self.provider_index(node)) else {
@@ -845,7 +991,7 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(run) = d.training.get(&node).cloned() else {
+        let Some(run) = d.training.get(&(node, job)).cloned() else {
             return;
         };
         if run.job != job || run.epoch != epoch {
@@ -867,7 +1013,7 @@ impl World {
                 honest_state(job, s)
             });
         }
-        if let Some(run) = d.training.get_mut(&node) {
+        if let Some(run) = d.training.get_mut(&(node, job)) {
             run.parent_step = step;
             run.parent = checkpoint_hash;
         }
@@ -947,6 +1093,13 @@ impl World {
     /// An escrow event reaches a node: to its machine as `Input::Chain`, plus what the node's
     /// own chain client does around the machine (expiry keeper, withdrawals, re-staking).
     pub fn drive_chain(&mut self, to: NodeId, e: &escrow::Event) {
+        if let escrow::Event::ProviderAssigned {
+            job_id, provider, ..
+        } = e
+            && *provider == to
+        {
+            self.drive_look_up(to, *job_id);
+        }
         if let Some(event) = self.chain_event_of(e) {
             let block_time = self.chain_time_s();
             self.feed(to, |m, now| {
@@ -980,9 +1133,8 @@ impl World {
                 if let Some(run) = self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&me))
+                    .and_then(|d| d.training.get(&(me, *job_id)))
                     .cloned()
-                    && run.job == *job_id
                 {
                     self.stop_run(me, run.job, run.epoch);
                 }
@@ -991,8 +1143,8 @@ impl World {
                 if self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&me))
-                    .is_some_and(|r| r.job == *job_id && r.epoch == *epoch)
+                    .and_then(|d| d.training.get(&(me, *job_id)))
+                    .is_some_and(|r| r.epoch == *epoch)
                 {
                     self.stop_run(me, *job_id, *epoch);
                 }
@@ -1136,13 +1288,8 @@ impl World {
 
     /// A provider process dies: its machine, subscriptions and trainer go with it.
     pub fn drive_kill(&mut self, node: NodeId) {
-        let run = self
-            .driver
-            .as_ref()
-            .and_then(|d| d.training.get(&node))
-            .cloned();
-        if let Some(run) = run {
-            self.stop_run(node, run.job, run.epoch);
+        for (job, epoch) in self.drive_current(node) {
+            self.stop_run(node, job, epoch);
         }
         let Some(d) = self.driver.as_mut() else {
             return;
@@ -1152,10 +1299,13 @@ impl World {
         for s in d.subs.values_mut() {
             s.remove(&node);
         }
+        for f in d.followers.values_mut() {
+            f.remove(&node);
+        }
     }
 
-    /// A provider process restarts: a fresh machine, told of the live jobs as a restarted
-    /// node's chain client would replay them.
+    /// A provider process restarts: a fresh machine, which follows jobs again as offers or
+    /// an assignment for them arrive (its chain client looks each up then).
     pub fn drive_revive(&mut self, node: NodeId) {
         let Some(mut d) = self.driver.take() else {
             return;
@@ -1163,37 +1313,15 @@ impl World {
         let m = d.fresh(self, node, SigningKey::from_seed(u64::from(node) + 1));
         d.machines[node as usize] = Some(m);
         self.driver = Some(d);
-        let live: Vec<JobId> = (1..=self.escrow.job_count())
-            .filter(|j| {
-                self.escrow.job(*j).is_some_and(|j| {
-                    matches!(j.status, escrow::Status::Open | escrow::Status::Assigned)
-                })
-            })
-            .collect();
-        for job in live {
-            let Some(j) = self.escrow.job(job).cloned() else {
-                continue;
-            };
-            let created = escrow::Event::JobCreated {
-                job_id: job,
-                client: j.client,
-                budget: j.deposit,
-            };
-            if let Some(event) = self.chain_event_of(&created) {
-                let block_time = self.chain_time_s();
-                self.feed(node, |m, now| {
-                    m.handle_input(now, Input::Chain { block_time, event })
-                });
-            }
-        }
     }
 
-    /// The provider currently training, per the driver (for failure bookkeeping).
-    pub fn drive_current(&self, node: NodeId) -> Option<(JobId, Epoch)> {
-        self.driver
-            .as_ref()?
-            .training
-            .get(&node)
-            .map(|r| (r.job, r.epoch))
+    /// The epochs a provider is training, per the driver (for failure bookkeeping).
+    pub fn drive_current(&self, node: NodeId) -> Vec<(JobId, Epoch)> {
+        self.driver.as_ref().map_or_else(Vec::new, |d| {
+            d.training
+                .range((node, 0)..=(node, JobId::MAX))
+                .map(|(_, r)| (r.job, r.epoch))
+                .collect()
+        })
     }
 }

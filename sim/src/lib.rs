@@ -119,3 +119,102 @@ impl Sim {
 pub fn run(cfg: SimConfig, seed: u64) -> Result<Outcome, SimError> {
     Sim::new(cfg, seed)?.run()
 }
+
+/// A failing run made smaller: the config the shrinker ended on, its failure and how many runs
+/// it took.
+pub struct Shrunk {
+    pub cfg: SimConfig,
+    pub error: SimError,
+    pub runs: usize,
+}
+
+impl fmt::Display for Shrunk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let SimError::Checker { seed, .. } = &self.error else {
+            return write!(f, "{}", self.error);
+        };
+        write!(
+            f,
+            "shrunk in {} runs to {} clients, {} providers, {} verifiers, {:.0} s; \
+             save this as shrunk.toml and replay with: gpuchain sim run shrunk.toml --seed {seed}\n{}\n{}",
+            self.runs,
+            self.cfg.clients,
+            self.cfg.providers,
+            self.cfg.verifiers,
+            self.cfg.duration_s,
+            self.cfg.to_toml(),
+            self.error
+        )
+    }
+}
+
+fn checker_of(r: &Result<Outcome, SimError>) -> Option<&'static str> {
+    match r {
+        Err(SimError::Checker { failure, .. }) => Some(failure.checker),
+        _ => None,
+    }
+}
+
+/// Shrinks a failing run: with the same seed, tries a horizon just past the failure, then
+/// fewer clients, providers and verifiers (halving, then one less), keeping each change under
+/// which the same checker still fires, until nothing smaller fails or `max_runs` runs are
+/// spent. `None` when the run does not fail. Every node draws from its own seeded stream, so a
+/// smaller swarm is a different run of the same kind, not a prefix: what it keeps is a
+/// smaller failing case and a shorter trace.
+pub fn shrink(cfg: &SimConfig, seed: u64, bugs: Bugs, max_runs: usize) -> Option<Shrunk> {
+    let attempt = |c: &SimConfig| -> Result<Outcome, SimError> {
+        Sim::new(c.clone(), seed)?.with_bugs(bugs).run()
+    };
+    let first = attempt(cfg);
+    let checker = checker_of(&first)?;
+    let mut best = cfg.clone();
+    let mut error = first.err()?;
+    let mut runs = 1;
+    loop {
+        let at_s = match &error {
+            SimError::Checker { failure, .. } => failure.at as f64 / 1000.0,
+            SimError::Config(_) => best.duration_s,
+        };
+        let mut candidates: Vec<SimConfig> = Vec::new();
+        let mut with = |f: &dyn Fn(&mut SimConfig)| {
+            let mut c = best.clone();
+            f(&mut c);
+            if c != best && c.validate().is_ok() {
+                candidates.push(c);
+            }
+        };
+        with(&|c| {
+            c.duration_s = c.duration_s.min((at_s + 1.0).ceil());
+            c.job.last_start_s = c.job.last_start_s.min(c.duration_s);
+        });
+        with(&|c| c.clients = (c.clients / 2).max(1));
+        with(&|c| c.providers = (c.providers / 2).max(1));
+        with(&|c| c.verifiers = (c.verifiers / 2).max(1));
+        with(&|c| c.clients = c.clients.saturating_sub(1).max(1));
+        with(&|c| c.providers = c.providers.saturating_sub(1).max(1));
+        with(&|c| c.verifiers = c.verifiers.saturating_sub(1).max(1));
+        let mut improved = false;
+        for c in candidates {
+            if runs >= max_runs {
+                break;
+            }
+            runs += 1;
+            let r = attempt(&c);
+            if checker_of(&r) == Some(checker)
+                && let Err(e) = r
+            {
+                best = c;
+                error = e;
+                improved = true;
+                break;
+            }
+        }
+        if !improved || runs >= max_runs {
+            return Some(Shrunk {
+                cfg: best,
+                error,
+                runs,
+            });
+        }
+    }
+}

@@ -104,6 +104,9 @@ pub struct Report {
     pub tx_ok: BTreeMap<String, u64>,
     pub tx_failed: BTreeMap<String, u64>,
     pub timeline: Vec<String>,
+    /// Protocol driver only: signatures made and recovered, by message kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signatures: Option<crate::drive::CryptoCounts>,
     /// Cumulative accepted steps over time (seconds), for the plot; not in the text.
     #[serde(skip)]
     pub accepted_curve: Vec<(f64, u64)>,
@@ -200,6 +203,7 @@ impl Report {
                     )
                 })
                 .collect(),
+            signatures: w.driver.as_ref().map(|d| d.crypto.clone()),
             accepted_curve: m
                 .accepted_curve
                 .iter()
@@ -298,6 +302,23 @@ impl Report {
         }
         for (k, v) in &self.tx_failed {
             let _ = writeln!(s, "  {k:<40} {v:>8} reverted");
+        }
+        if let Some(c) = &self.signatures {
+            let list = |m: &BTreeMap<&'static str, u64>| {
+                m.iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(
+                s,
+                "signatures: {} made ({}); {} recovered ({}; bids and votes on chain {})",
+                c.signatures(),
+                list(&c.signed),
+                c.recoveries(),
+                list(&c.recovered),
+                c.recovered_on_chain
+            );
         }
         if !self.timeline.is_empty() {
             let _ = writeln!(s, "timeline:");

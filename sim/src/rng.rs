@@ -14,6 +14,8 @@ pub enum Purpose {
     Partition = 3,
     Node = 4,
     Setup = 5,
+    /// Which subscribers a topic-wide gossip message reaches (protocol driver).
+    Gossip = 6,
 }
 
 /// SplitMix64 finaliser: a bijective mix, so distinct inputs give distinct stream seeds.

@@ -752,8 +752,8 @@ impl World {
         };
         let Some(job) = job else { return };
         if self.driver.is_some() {
-            // Role machines follow every job on chain, as a node's chain client does.
-            to = (0..(self.cfg.clients + self.cfg.providers + self.cfg.verifiers)).collect();
+            // The nodes following the job, as their chain clients filter the escrow's logs.
+            to = self.drive_recipients(job, e);
         } else if let Some(b) = self.book(job) {
             to.push(b.client);
             to.extend(b.verifiers.iter().copied());

@@ -102,3 +102,30 @@ fn liveness_fires_when_faults_stop_but_nobody_is_left() {
     let (_, checker, text) = first_failure(&cfg, Bugs::default(), 1..2).expect("fires");
     assert_eq!(checker, LIVENESS, "{text}");
 }
+
+#[test]
+fn a_failure_shrinks_to_a_smaller_run_that_still_fails() {
+    let bugs = Bugs {
+        skip_epoch_check: true,
+        ..Bugs::default()
+    };
+    let cfg = presets::faults();
+    let (seed, checker, _) = first_failure(&cfg, bugs, 1..40).expect("fires");
+    let s = gpuchain_sim::shrink(&cfg, seed, bugs, 60).expect("the run fails");
+    let smaller = s.cfg.clients + s.cfg.providers + s.cfg.verifiers
+        < cfg.clients + cfg.providers + cfg.verifiers
+        || s.cfg.duration_s < cfg.duration_s;
+    assert!(smaller, "{s}");
+    let SimError::Checker { failure, .. } = &s.error else {
+        panic!("{}", s.error)
+    };
+    assert_eq!(failure.checker, checker);
+    // The shrunk config, replayed from its TOML, fails the same way.
+    let back = SimConfig::from_toml(&s.cfg.to_toml()).expect("round trip");
+    let again = Sim::new(back, seed).expect("valid").with_bugs(bugs).run();
+    assert!(
+        matches!(&again, Err(SimError::Checker { failure: f, .. }) if f.checker == checker),
+        "{s}"
+    );
+    assert!(s.to_string().contains(&format!("--seed {seed}")));
+}

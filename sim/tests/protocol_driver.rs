@@ -71,3 +71,28 @@ fn protocol_machines_under_faults_keep_every_invariant() {
         out.report.to_text()
     );
 }
+
+#[test]
+fn offers_reach_the_fanout_and_replay_identically() {
+    let mut cfg = presets::faults_protocol();
+    cfg.providers = 40;
+    cfg.protocol.offer_fanout = 5;
+    cfg.duration_s = 120.0;
+    cfg.faults_stop_s = Some(0.0);
+    cfg.job.last_start_s = 60.0;
+    let out = run(cfg.clone(), 2).unwrap_or_else(|e| panic!("{e}"));
+    let r = &out.report;
+    let sig = r
+        .signatures
+        .as_ref()
+        .expect("protocol driver counts signatures");
+    let offers = sig.signed.get("offer").copied().unwrap_or(0);
+    let delivered = sig.recovered.get("offer").copied().unwrap_or(0);
+    assert!(offers > 0, "{}", r.to_text());
+    // Each offer reaches at most the fanout, not the 40 providers on the jobs topic.
+    assert!(delivered <= offers * 5, "{}", r.to_text());
+    assert!(r.jobs_completed > 0, "{}", r.to_text());
+    // Same seed, same report, with the random fanout.
+    let again = run(cfg, 2).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(again.report.to_json(), r.to_json());
+}

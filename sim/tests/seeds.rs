@@ -1,9 +1,13 @@
-//! Many seeds of the fault mix, zero checker failures. CI runs `many_seeds`; the soak test
+//! Many seeds of the fault mix, zero checker failures. CI runs `many_seeds` (the stand-ins)
+//! and `many_seeds_protocol` (the protocol crate's machines); the soak test
 //! (`cargo test -p gpuchain-sim --test seeds -- --ignored soak`) runs far more.
+//! A failing seed is shrunk to a smaller failing config, printed as TOML with the seed.
 
-use gpuchain_sim::{presets, run};
+use gpuchain_sim::config::SimConfig;
+use gpuchain_sim::escrow::Bugs;
+use gpuchain_sim::{presets, run, shrink};
 
-fn sweep(seeds: std::ops::Range<u64>) {
+fn sweep(cfg: fn() -> SimConfig, seeds: std::ops::Range<u64>) {
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(4) as u64;
@@ -14,8 +18,11 @@ fn sweep(seeds: std::ops::Range<u64>) {
                 s.spawn(move || {
                     seeds
                         .filter(|seed| seed % threads == t)
-                        .filter_map(|seed| match run(presets::faults(), seed) {
-                            Err(e) => Some(e.to_string()),
+                        .filter_map(|seed| match run(cfg(), seed) {
+                            Err(e) => Some(match shrink(&cfg(), seed, Bugs::default(), 30) {
+                                Some(s) => format!("{e}\n\n{s}"),
+                                None => e.to_string(),
+                            }),
                             // Accounting sanity: nothing is accepted that was not trained.
                             Ok(o) if o.report.steps_accepted > o.report.steps_trained => {
                                 Some(format!("seed {seed}: more steps accepted than trained"))
@@ -44,11 +51,24 @@ fn sweep(seeds: std::ops::Range<u64>) {
 
 #[test]
 fn many_seeds() {
-    sweep(1..301);
+    sweep(presets::faults, 1..301);
+}
+
+/// The protocol crate's machines under the fault mix: every message signed and recovered for
+/// real, so fewer seeds of a smaller swarm (about 1 s a seed on one core).
+#[test]
+fn many_seeds_protocol() {
+    sweep(presets::faults_protocol, 1..101);
 }
 
 #[test]
 #[ignore = "soak: thousands of seeds, minutes"]
 fn soak() {
-    sweep(1_000..11_000);
+    sweep(presets::faults, 1_000..11_000);
+}
+
+#[test]
+#[ignore = "soak: the protocol machines over a thousand seeds, about 10 minutes on 2 cores"]
+fn soak_protocol() {
+    sweep(presets::faults_protocol, 1_000..2_000);
 }

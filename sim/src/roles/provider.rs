@@ -145,12 +145,14 @@ impl World {
         if churn && !self.faulty() {
             return;
         }
-        let current = self.providers[p]
+        let mut current: Vec<(JobId, Epoch)> = self.providers[p]
             .busy
             .as_ref()
             .map(|a| (a.job, a.epoch))
-            .or_else(|| self.drive_current(node));
-        if let Some((job, epoch)) = current {
+            .into_iter()
+            .collect();
+        current.extend(self.drive_current(node));
+        for (job, epoch) in current {
             let now = self.now;
             if let Some(b) = self.book_mut(job)
                 && b.epoch == epoch
