@@ -45,6 +45,8 @@ pub fn router(handle: NodeHandle) -> Router {
         .route("/v1/blobs/fetch", post(fetch_blob))
         .route("/v1/blobs/{hash}", get(blob_status))
         .route("/v1/blobs/{hash}/export", post(export_blob))
+        .route("/v1/jobs", post(submit_job))
+        .route("/v1/jobs/{id}", get(job_status))
         .route("/v1/shutdown", post(shutdown))
         .with_state(handle)
 }
@@ -185,6 +187,38 @@ async fn export_blob(
 ) -> ApiResult {
     let size = h.export_blob(&hash, r.path).await.map_err(bad)?;
     ok(json!({ "hash": hash, "size": size }))
+}
+
+async fn submit_job(
+    State(h): State<NodeHandle>,
+    Json(r): Json<crate::roles::SubmitRequest>,
+) -> ApiResult {
+    ok(h.submit_job(r).await.map_err(bad)?)
+}
+
+async fn job_status(State(h): State<NodeHandle>, Path(id): Path<String>) -> ApiResult {
+    let job_id: gpuchain_protocol::JobId = id.parse().map_err(|e| {
+        ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("{id:?} is not a job id: {e}"),
+        )
+    })?;
+    let Some(s) = h.job_status(job_id).await.map_err(bad)? else {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("this client node does not know job {job_id}"),
+        ));
+    };
+    ok(json!({
+        "job_id": job_id.to_string(),
+        "phase": format!("{:?}", s.phase),
+        "epoch": s.epoch,
+        "provider": s.provider.map(|p| p.to_string()),
+        "last_accepted": s.last_accepted,
+        "last_accepted_hash": s.last_accepted_hash.to_string(),
+        "last_reported_step": s.last_reported_step,
+        "excluded": s.excluded.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    }))
 }
 
 async fn shutdown(State(h): State<NodeHandle>) -> ApiResult {

@@ -164,6 +164,51 @@ impl BlobNode {
         })
     }
 
+    /// Stores bytes under `tag` (kept from GC until the tag is removed) and returns the hash.
+    /// `sync` makes the tag durable at once; spot-check states skip it (they are only
+    /// useful while the process that made them lives).
+    pub async fn add_bytes(&self, bytes: Vec<u8>, tag: &str, sync: bool) -> Result<Hash> {
+        let tt = self
+            .store
+            .blobs()
+            .add_bytes(bytes)
+            .temp_tag()
+            .await
+            .map_err(|e| anyhow!("cannot store a blob: {e}"))?;
+        let hash = tt.hash();
+        if sync {
+            self.tag(hash, tag).await?;
+        } else {
+            self.store
+                .tags()
+                .set(tag, HashAndFormat::raw(hash))
+                .await
+                .map_err(|e| anyhow!("cannot tag {hash}: {e}"))?;
+        }
+        Ok(hash)
+    }
+
+    /// The whole blob, if held complete.
+    pub async fn read(&self, hash: Hash) -> Result<Vec<u8>> {
+        let bytes = self
+            .store
+            .blobs()
+            .get_bytes(hash)
+            .await
+            .map_err(|e| anyhow!("blob {hash} is not complete in the local store: {e}"))?;
+        Ok(bytes.to_vec())
+    }
+
+    /// Drops every tag under `prefix`; GC then reclaims what nothing else protects.
+    pub async fn untag_prefix(&self, prefix: &str) -> Result<()> {
+        self.store
+            .tags()
+            .delete_prefix(prefix)
+            .await
+            .map_err(|e| anyhow!("cannot drop tags {prefix}*: {e}"))?;
+        Ok(())
+    }
+
     /// Tags a blob and makes the store's metadata durable, so that what we acknowledged
     /// as stored is still there after a crash (the store batches its database writes).
     pub async fn tag(&self, hash: Hash, name: &str) -> Result<()> {

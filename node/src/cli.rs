@@ -33,12 +33,14 @@ pub enum LogFormat {
 pub enum Command {
     /// Run a node: join the swarm, gossip, serve and fetch checkpoint blobs.
     Node(Box<NodeArgs>),
-    /// Create and follow a training job (not built yet).
-    Job(NotBuilt),
-    /// Register and manage provider stake (not built yet).
-    Provider(NotBuilt),
-    /// Withdraw earned or refunded tokens from the escrow (not built yet).
-    Withdraw(NotBuilt),
+    /// Submit a training job through a running client node, or show a job's state.
+    #[command(subcommand)]
+    Job(crate::commands::JobCommand),
+    /// Stake as a provider (the escrow assigns only staked providers).
+    #[command(subcommand)]
+    Provider(crate::commands::ProviderCommand),
+    /// Withdraw what the escrow credited to this node's key (payouts, refunds).
+    Withdraw(crate::commands::WithdrawArgs),
     /// Start a local multi-node testnet on anvil (not built yet).
     Testnet(NotBuilt),
     /// Run the deterministic discrete-event simulator over the protocol state machines.
@@ -125,8 +127,32 @@ pub struct NodeArgs {
     #[arg(long, env = "GPUCHAIN_BOOTSTRAP_TIMEOUT_SECS", value_name = "SECS")]
     pub bootstrap_timeout_secs: Option<u64>,
 
-    /// Chain id of the EIP-712 domain that bids and votes are signed for. Default: 31337
-    /// (anvil) until the chain client configures it from the chain.
+    /// JSON-RPC URL of the chain holding the escrow, e.g. `http://127.0.0.1:8545`. Needed by
+    /// every role (the chain is the only shared authority).
+    #[arg(long, env = "GPUCHAIN_RPC_URL", value_name = "URL")]
+    pub rpc_url: Option<String>,
+
+    /// ERC-20 token jobs are paid in. Default: the escrow's stake token.
+    #[arg(long, env = "GPUCHAIN_TOKEN", value_name = "ADDRESS")]
+    pub token: Option<String>,
+
+    /// Provider: price asked per training step, in token units (e.g. `0.003` USDC).
+    /// Default: 0.001.
+    #[arg(long, env = "GPUCHAIN_PRICE_PER_STEP", value_name = "AMOUNT")]
+    pub price_per_step: Option<String>,
+
+    /// Client: declare a provider lost after this many milliseconds without a heartbeat (a
+    /// closed connection is acted on sooner). Default: 750.
+    #[arg(long, env = "GPUCHAIN_DETECTOR_TIMEOUT_MS", value_name = "MS")]
+    pub detector_timeout_ms: Option<u64>,
+
+    /// TESTING ONLY: make this provider cheat in the given way, to see it refused and
+    /// slashed. Never set by default.
+    #[arg(long, env = "GPUCHAIN_FAULT", value_enum, value_name = "KIND")]
+    pub fault: Option<crate::roles::Fault>,
+
+    /// Chain id of the EIP-712 domain that bids and votes are signed for. With --rpc-url it
+    /// is read from the chain (and must match when given). Default: 31337 (anvil).
     #[arg(long, env = "GPUCHAIN_CHAIN_ID", value_name = "ID")]
     pub chain_id: Option<u64>,
 

@@ -55,6 +55,11 @@ struct FileConfig {
     keystore_password_file: Option<PathBuf>,
     chain_id: Option<u64>,
     escrow: Option<String>,
+    rpc_url: Option<String>,
+    token: Option<String>,
+    price_per_step: Option<String>,
+    detector_timeout_ms: Option<u64>,
+    fault: Option<crate::roles::Fault>,
 }
 
 #[derive(Debug, Clone)]
@@ -71,6 +76,72 @@ pub struct NodeConfig {
     pub bootstrap_timeout: Duration,
     pub keystore_password_file: Option<PathBuf>,
     pub escrow_domain: gpuchain_protocol::eip712::EscrowDomain,
+    /// Whether --chain-id was given (then it must match the chain's).
+    pub chain_id_given: bool,
+    pub rpc_url: Option<String>,
+    pub token: Option<gpuchain_protocol::Address>,
+    pub price_per_step: gpuchain_protocol::U256,
+    pub detector_timeout: Duration,
+    pub fault: Option<crate::roles::Fault>,
+}
+
+pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
+/// 0.001 USDC.
+pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
+/// USDC's decimals: amounts on the command line are in whole tokens.
+pub const TOKEN_DECIMALS: u32 = 6;
+
+/// `"5"`, `"0.0025"` → base units with `decimals` decimals; more digits than that, signs,
+/// exponents and empty strings are errors naming the flag.
+pub fn parse_amount(s: &str, decimals: u32, flag: &str) -> Result<gpuchain_protocol::U256> {
+    use gpuchain_protocol::U256;
+    let bad = || {
+        anyhow!(
+            "{flag} {s:?} is not an amount; give a decimal number like 5 or 0.0025 (at most {decimals} decimals)"
+        )
+    };
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if int.is_empty() && frac.is_empty()
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+        || frac.len() > decimals as usize
+    {
+        return Err(bad());
+    }
+    let int = if int.is_empty() {
+        U256::ZERO
+    } else {
+        U256::from_str_radix(int, 10).map_err(|_| bad())?
+    };
+    let mut frac_padded = frac.to_string();
+    while frac_padded.len() < decimals as usize {
+        frac_padded.push('0');
+    }
+    let frac = if frac_padded.is_empty() {
+        U256::ZERO
+    } else {
+        U256::from_str_radix(&frac_padded, 10).map_err(|_| bad())?
+    };
+    int.checked_mul(U256::from(10u64).pow(U256::from(decimals)))
+        .and_then(|v| v.checked_add(frac))
+        .ok_or_else(bad)
+}
+
+/// Base units → `"0.0025"`, for printing.
+pub fn format_amount(v: gpuchain_protocol::U256, decimals: u32) -> String {
+    let s = v.to_string();
+    let d = decimals as usize;
+    let (int, frac) = if s.len() > d {
+        (s[..s.len() - d].to_string(), s[s.len() - d..].to_string())
+    } else {
+        ("0".to_string(), format!("{s:0>d$}"))
+    };
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        int
+    } else {
+        format!("{int}.{frac}")
+    }
 }
 
 /// anvil's chain id: the local testnet's, and the default until the chain client lands.
@@ -144,12 +215,44 @@ impl NodeConfig {
                 anyhow!("--escrow {s:?} is not an Ethereum address ({e}); give 0x followed by 40 hex digits")
             })?,
         };
+        let chain_id = args.chain_id.or(file.chain_id);
         let escrow_domain = gpuchain_protocol::eip712::EscrowDomain {
-            chain_id: args.chain_id.or(file.chain_id).unwrap_or(DEFAULT_CHAIN_ID),
+            chain_id: chain_id.unwrap_or(DEFAULT_CHAIN_ID),
             escrow,
         };
+        let rpc_url = args.rpc_url.clone().or(file.rpc_url);
+        if !roles.is_empty() && (rpc_url.is_none() || escrow.is_zero()) {
+            bail!(
+                "roles {roles:?} act on the escrow contract: pass --rpc-url URL and --escrow ADDRESS (or set them in the config file)"
+            );
+        }
+        let token = match args.token.clone().or(file.token) {
+            None => None,
+            Some(s) => Some(s.parse().map_err(|e| {
+                anyhow!("--token {s:?} is not an Ethereum address ({e}); give 0x followed by 40 hex digits")
+            })?),
+        };
+        let price_per_step = match args.price_per_step.clone().or(file.price_per_step) {
+            Some(s) => parse_amount(&s, TOKEN_DECIMALS, "--price-per-step")?,
+            None => gpuchain_protocol::U256::from(DEFAULT_PRICE_PER_STEP),
+        };
+        let detector_timeout = match args.detector_timeout_ms.or(file.detector_timeout_ms) {
+            Some(ms) if ms < 50 => bail!("--detector-timeout-ms must be at least 50"),
+            Some(ms) => Duration::from_millis(ms),
+            None => DEFAULT_DETECTOR_TIMEOUT,
+        };
+        let fault = args.fault.or(file.fault);
+        if fault.is_some() && !roles.contains(&Role::Provider) {
+            bail!("--fault makes a provider cheat; it needs --role provider");
+        }
         Ok(Self {
             escrow_domain,
+            chain_id_given: chain_id.is_some(),
+            rpc_url,
+            token,
+            price_per_step,
+            detector_timeout,
+            fault,
             roles,
             bootstrap,
             data_dir,
@@ -236,6 +339,23 @@ mod tests {
     }
 
     #[test]
+    fn amounts_parse_to_base_units_and_back() {
+        use gpuchain_protocol::U256;
+        let p = |s: &str| parse_amount(s, 6, "--x");
+        assert_eq!(p("5").expect("5"), U256::from(5_000_000u64));
+        assert_eq!(p("0.0025").expect("frac"), U256::from(2_500u64));
+        assert_eq!(p(".5").expect("leading dot"), U256::from(500_000u64));
+        assert_eq!(p("1.").expect("trailing dot"), U256::from(1_000_000u64));
+        for bad in ["", ".", "-1", "1e3", "0.0000001", "1,5", " 1"] {
+            assert!(p(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(format_amount(U256::from(2_500u64), 6), "0.0025");
+        assert_eq!(format_amount(U256::from(4_100_000u64), 6), "4.1");
+        assert_eq!(format_amount(U256::from(7_000_000u64), 6), "7");
+        assert_eq!(format_amount(U256::ZERO, 6), "0");
+    }
+
+    #[test]
     fn defaults_apply() {
         let c = NodeConfig::from_args(&args()).expect("config");
         assert_eq!(c.heartbeat_period, DEFAULT_HEARTBEAT_PERIOD);
@@ -247,7 +367,11 @@ mod tests {
     fn flag_beats_file() {
         let dir = tempfile::tempdir().expect("tmp");
         let p = dir.path().join("c.toml");
-        std::fs::write(&p, "heartbeat_period_ms = 250\nroles = [\"verifier\"]\n").expect("write");
+        std::fs::write(
+            &p,
+            "heartbeat_period_ms = 250\nroles = [\"verifier\"]\nrpc_url = \"http://127.0.0.1:8545\"\nescrow = \"0x00000000000000000000000000000000000000e5\"\n",
+        )
+        .expect("write");
         let mut a = args();
         a.config = Some(p.clone());
         let c = NodeConfig::from_args(&a).expect("config");
@@ -267,6 +391,21 @@ mod tests {
         a.config = Some(p);
         let e = NodeConfig::from_args(&a).expect_err("unknown key");
         assert!(e.to_string().contains("heartbeat_period"), "{e}");
+
+        let mut a = args();
+        a.roles = vec![Role::Provider];
+        let e = NodeConfig::from_args(&a).expect_err("roles without a chain");
+        assert!(e.to_string().contains("--rpc-url"), "{e}");
+
+        let mut a = args();
+        a.fault = Some(crate::roles::Fault::Junk);
+        let e = NodeConfig::from_args(&a).expect_err("fault without provider");
+        assert!(e.to_string().contains("--role provider"), "{e}");
+
+        let mut a = args();
+        a.price_per_step = Some("1e-3".into());
+        let e = NodeConfig::from_args(&a).expect_err("bad amount");
+        assert!(e.to_string().contains("--price-per-step"), "{e}");
 
         let mut a = args();
         a.bootstrap = vec!["not-an-addr".into()];

@@ -19,13 +19,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::behaviour::{Behaviour, BehaviourEvent};
 use crate::blobs::BlobNode;
 use crate::config::{NodeConfig, Role};
+use crate::roles::RoleEvent;
 use crate::scoring;
 use crate::state::{HeartbeatStats, NodeState, PeerInfo, ReceivedMessage};
 use crate::topics::{self, HELLO_TOPIC, JOBS_TOPIC};
 use crate::validation::{GossipValidator, Verdict};
 use crate::wire::{
-    DeviceKind, Hardware, Heartbeat, MAX_MESSAGE_SIZE, Message, NodeHello, WireRole,
-    encode_blob_endpoint, kind_name, now_us, parse_blob_endpoint,
+    Hardware, Heartbeat, MAX_MESSAGE_SIZE, Message, NodeHello, WireRole, encode_blob_endpoint,
+    kind_name, now_us, parse_blob_endpoint,
 };
 use gpuchain_protocol::signing::{Sig65, SigningKey};
 use gpuchain_protocol::types::Address;
@@ -56,6 +57,9 @@ pub enum Command {
         topic: String,
         reply: oneshot::Sender<Result<()>>,
     },
+    Unsubscribe {
+        topic: String,
+    },
     Heartbeat {
         topic: String,
         on: bool,
@@ -75,6 +79,11 @@ pub enum Command {
     BlobSources {
         preferred: Vec<PeerId>,
         reply: oneshot::Sender<Vec<EndpointId>>,
+    },
+    /// The peers that said hello with this Ethereum address (roles speak in addresses).
+    PeersOf {
+        address: Address,
+        reply: oneshot::Sender<Vec<PeerId>>,
     },
 }
 
@@ -101,6 +110,9 @@ pub struct EventLoop<V: GossipValidator> {
     validator: V,
     commands: mpsc::Receiver<Command>,
     shutdown: watch::Receiver<bool>,
+    /// Accepted gossip and lost peers, for the role machines (absent on a plain relay).
+    roles_tx: Option<mpsc::Sender<RoleEvent>>,
+    hardware: Hardware,
     state: NodeState,
     roles: BTreeSet<Role>,
     eth_key: SigningKey,
@@ -134,6 +146,8 @@ impl<V: GossipValidator> EventLoop<V> {
             validator,
             commands,
             shutdown,
+            roles_tx: None,
+            hardware: crate::roles::hardware::local(),
             state: NodeState::default(),
             roles: config.roles.clone(),
             eth_address: eth_key.address(),
@@ -148,6 +162,20 @@ impl<V: GossipValidator> EventLoop<V> {
             bootstrapped: config.bootstrap.is_empty(),
             kad_bootstrapped: false,
             started: Instant::now(),
+        }
+    }
+
+    /// Hands accepted gossip and lost connections to the role runtime.
+    pub fn attach_roles(&mut self, tx: mpsc::Sender<RoleEvent>) {
+        self.roles_tx = Some(tx);
+    }
+
+    fn send_to_roles(&mut self, ev: RoleEvent) {
+        let Some(tx) = &self.roles_tx else { return };
+        // Never block the swarm on the roles: a full queue drops (gossip is lossy anyway,
+        // and the detector tolerates a lost heartbeat) and says so.
+        if let Err(e) = tx.try_send(ev) {
+            tracing::warn!(target: "gpuchain::event", event = "roles_queue_full", error = %e, "role runtime is behind; message dropped");
         }
     }
 
@@ -299,11 +327,7 @@ impl<V: GossipValidator> EventLoop<V> {
             peer_id: self.swarm.local_peer_id().to_bytes(),
             address: self.eth_address,
             roles,
-            // The trainer will report the real device; until then the node claims nothing.
-            hardware: Hardware {
-                device: DeviceKind::Cpu,
-                memory_bytes: 0,
-            },
+            hardware: self.hardware,
             blob_endpoint: encode_blob_endpoint(
                 &hex::encode(self.blobs.id().as_bytes()),
                 &self.blobs.socket_addrs(),
@@ -335,6 +359,12 @@ impl<V: GossipValidator> EventLoop<V> {
             }
             Command::Subscribe { topic, reply } => {
                 let _ = reply.send(self.subscribe(&topic));
+            }
+            Command::Unsubscribe { topic } => {
+                let t = IdentTopic::new(topic.as_str());
+                if !self.heartbeat_topics.contains(&topic) {
+                    self.swarm.behaviour_mut().gossipsub.unsubscribe(&t);
+                }
             }
             Command::Heartbeat { topic, on, reply } => {
                 let r = if on {
@@ -370,7 +400,23 @@ impl<V: GossipValidator> EventLoop<V> {
             Command::BlobSources { preferred, reply } => {
                 let _ = reply.send(self.blob_sources(&preferred));
             }
+            Command::PeersOf { address, reply } => {
+                let _ = reply.send(self.peers_of(address));
+            }
         }
+    }
+
+    fn peers_of(&self, address: Address) -> Vec<PeerId> {
+        let want = address.to_string();
+        let mut v: Vec<(PeerId, bool)> = self
+            .state
+            .peers
+            .iter()
+            .filter(|(_, r)| r.eth_address.as_deref() == Some(want.as_str()))
+            .map(|(p, r)| (*p, r.connections > 0))
+            .collect();
+        v.sort_by_key(|(_, connected)| !connected);
+        v.into_iter().map(|(p, _)| p).collect()
     }
 
     fn blob_sources(&self, preferred: &[PeerId]) -> Vec<EndpointId> {
@@ -482,6 +528,18 @@ impl<V: GossipValidator> EventLoop<V> {
                 let rec = self.state.peer(peer_id);
                 rec.connections = rec.connections.saturating_sub(1);
                 rec.last_seen = now_us();
+                // The last connection to a peer gone: a strong hint that a provider died
+                // (kill -9 closes its sockets at once), long before heartbeats time out.
+                let lost = (rec.connections == 0)
+                    .then(|| {
+                        rec.eth_address
+                            .as_ref()
+                            .and_then(|a| a.parse::<Address>().ok())
+                    })
+                    .flatten();
+                if let Some(address) = lost {
+                    self.send_to_roles(RoleEvent::ConnectionClosed { address });
+                }
                 tracing::debug!(target: "gpuchain::event", event = "disconnected", peer = %peer_id);
             }
             SwarmEvent::OutgoingConnectionError {
@@ -582,7 +640,9 @@ impl<V: GossipValidator> EventLoop<V> {
                     received_at_us,
                     data_hex: hex::encode(&message.data),
                 });
-                // The protocol state machines will take every accepted message from here.
+                if self.roles_tx.is_some() && !matches!(msg, Message::NodeHello(_)) {
+                    self.send_to_roles(RoleEvent::Gossip(msg.clone()));
+                }
                 match msg {
                     Message::NodeHello(h) => {
                         if let Some(source) = message.source {

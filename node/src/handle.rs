@@ -9,13 +9,19 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::blobs::{BlobInfo, BlobNode, FetchInfo, parse_hash};
 use crate::event_loop::{Command, Status};
+use crate::roles::{RoleEvent, SubmitReply, SubmitRequest};
 use crate::state::{HeartbeatStats, PeerInfo, ReceivedMessage};
+use gpuchain_protocol::JobId;
+use gpuchain_protocol::client::JobStatus;
+use std::sync::{Arc, OnceLock};
 
 #[derive(Debug, Clone)]
 pub struct NodeHandle {
     commands: mpsc::Sender<Command>,
     blobs: BlobNode,
     shutdown: watch::Sender<bool>,
+    /// Set once the role runtime runs (nodes without roles have none).
+    roles: Arc<OnceLock<mpsc::Sender<RoleEvent>>>,
 }
 
 impl NodeHandle {
@@ -28,7 +34,34 @@ impl NodeHandle {
             commands,
             blobs,
             shutdown,
+            roles: Arc::new(OnceLock::new()),
         }
+    }
+
+    pub fn attach_roles(&self, tx: mpsc::Sender<RoleEvent>) {
+        let _ = self.roles.set(tx);
+    }
+
+    async fn ask_roles<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> RoleEvent) -> Result<T> {
+        let tx = self.roles.get().ok_or_else(|| {
+            anyhow!("this node runs no role; start it with --role client (and --rpc-url, --escrow)")
+        })?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(make(reply))
+            .await
+            .map_err(|_| anyhow!("the node is shutting down"))?;
+        rx.await.map_err(|_| anyhow!("the node is shutting down"))
+    }
+
+    /// Hands a job to the client machine; answers once the chain has created it.
+    pub async fn submit_job(&self, request: SubmitRequest) -> Result<SubmitReply> {
+        self.ask_roles(|reply| RoleEvent::SubmitJob { request, reply })
+            .await?
+    }
+
+    pub async fn job_status(&self, job_id: JobId) -> Result<Option<JobStatus>> {
+        self.ask_roles(|reply| RoleEvent::JobStatus { job_id, reply })
+            .await
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T> {
@@ -103,6 +136,34 @@ impl NodeHandle {
             self.blobs.export(hash, &path).await?;
         }
         Ok(info)
+    }
+
+    /// Fetches a blob from the given peers first, then from any peer that said hello.
+    pub async fn fetch_hash(
+        &self,
+        hash: iroh_blobs::Hash,
+        preferred: Vec<PeerId>,
+    ) -> Result<FetchInfo> {
+        let sources = self
+            .ask(|reply| Command::BlobSources { preferred, reply })
+            .await?;
+        self.blobs.fetch(hash, sources, None).await
+    }
+
+    /// The peers bound to an Ethereum address by their hello, connected ones first.
+    pub async fn peers_of(&self, address: gpuchain_protocol::Address) -> Result<Vec<PeerId>> {
+        self.ask(|reply| Command::PeersOf { address, reply }).await
+    }
+
+    pub async fn unsubscribe(&self, topic: String) -> Result<()> {
+        self.commands
+            .send(Command::Unsubscribe { topic })
+            .await
+            .map_err(|_| anyhow!("the node is shutting down"))
+    }
+
+    pub fn blobs(&self) -> &BlobNode {
+        &self.blobs
     }
 
     pub async fn blob_size(&self, hash: &str) -> Result<Option<u64>> {

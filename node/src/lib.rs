@@ -1,9 +1,11 @@
 //! gpuchain node: the drivers around the protocol state machines. See README.md.
 
 pub mod api;
+pub mod api_client;
 pub mod behaviour;
 pub mod blobs;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod event_loop;
 pub mod handle;
@@ -11,6 +13,7 @@ pub mod identity;
 pub mod keys;
 pub mod logging;
 pub mod node;
+pub mod roles;
 pub mod scoring;
 pub mod state;
 pub mod topics;

@@ -9,9 +9,13 @@ fn main() -> ExitCode {
     gpuchain_node::logging::init(cli.log_format);
     let name = match cli.command {
         Command::Node(args) => return run_node(&args),
-        Command::Job(_) => "job",
-        Command::Provider(_) => "provider",
-        Command::Withdraw(_) => "withdraw",
+        Command::Job(cmd) => return report("job", gpuchain_node::commands::run_job(cmd)),
+        Command::Provider(cmd) => {
+            return report("provider", gpuchain_node::commands::run_provider(cmd));
+        }
+        Command::Withdraw(args) => {
+            return report("withdraw", gpuchain_node::commands::run_withdraw(args));
+        }
         Command::Testnet(_) => "testnet",
         Command::Sim(cmd) => return run_sim(cmd),
     };
@@ -19,6 +23,16 @@ fn main() -> ExitCode {
         "gpuchain {name}: not built yet (only `gpuchain node` and `gpuchain sim` exist so far)"
     );
     ExitCode::from(2)
+}
+
+fn report(name: &str, result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuchain {name}: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn run_sim(cmd: gpuchain_sim::cli::SimCommand) -> ExitCode {

@@ -12,6 +12,7 @@ use crate::blobs::BlobNode;
 use crate::config::NodeConfig;
 use crate::event_loop::{COMMAND_QUEUE, EventLoop};
 use crate::handle::NodeHandle;
+use crate::roles::{RoleRuntime, RolesConfig};
 use crate::validation::StatelessValidator;
 
 pub const LOCK_FILE: &str = "node.lock";
@@ -31,6 +32,22 @@ pub async fn run(config: NodeConfig) -> Result<()> {
     let eth_address = keys.eth.address().to_string();
     let eth_key = keys.protocol_signer()?;
 
+    // The chain first: its id and the escrow fix the domain every signature is checked in,
+    // and a node with roles is useless without it.
+    let chain = if config.roles.is_empty() {
+        None
+    } else {
+        Some(connect_chain(&config, keys.eth.clone()).await?)
+    };
+    let domain = chain.as_ref().map_or(config.escrow_domain, |c| c.domain());
+    if config.chain_id_given && domain.chain_id != config.escrow_domain.chain_id {
+        bail!(
+            "--chain-id {} does not match the chain at the RPC URL (id {}); drop the flag or fix the URL",
+            config.escrow_domain.chain_id,
+            domain.chain_id
+        );
+    }
+
     let blobs = BlobNode::start(
         &dir.join(BLOB_DIR),
         keys.iroh.clone(),
@@ -46,15 +63,50 @@ pub async fn run(config: NodeConfig) -> Result<()> {
     let mut event_loop = EventLoop::new(
         swarm,
         blobs.clone(),
-        StatelessValidator {
-            domain: config.escrow_domain,
-        },
+        StatelessValidator { domain },
         cmd_rx,
-        shutdown_rx,
+        shutdown_rx.clone(),
         &config,
-        eth_key,
+        eth_key.clone(),
     );
     event_loop.start(&config)?;
+
+    if let Some(chain) = chain {
+        let (follower, history) = crate::roles::chain::open_follower(&chain, dir).await?;
+        tracing::info!(target: "gpuchain::event", event = "chain_connected", chain_id = domain.chain_id, escrow = %domain.escrow, token = %chain.token(), replayed_events = history.len(), "chain connected");
+        let roles_config = RolesConfig {
+            roles: config.roles.clone(),
+            data_dir: dir.clone(),
+            key: eth_key,
+            chain,
+            heartbeat_period: config.heartbeat_period,
+            detector_timeout: config.detector_timeout,
+            price_per_step: config.price_per_step,
+            fault: config.fault,
+            verifier_seed: rand::random(),
+        };
+        if let Some(fault) = config.fault {
+            tracing::warn!(target: "gpuchain::event", event = "fault_enabled", fault = ?fault, "TESTING: this provider will cheat ({fault:?}) and should be refused and slashed");
+        }
+        let (runtime, tx) = RoleRuntime::new(
+            roles_config,
+            handle.clone(),
+            history.iter().map(|e| e.history_entry()).collect(),
+            shutdown_rx.clone(),
+        );
+        event_loop.attach_roles(tx.clone());
+        handle.attach_roles(tx.clone());
+        tokio::spawn(crate::roles::chain::follow(
+            follower,
+            tx,
+            shutdown_rx.clone(),
+        ));
+        tokio::spawn(async move {
+            if let Err(e) = runtime.run().await {
+                tracing::error!(target: "gpuchain::event", event = "roles_failed", error = %format!("{e:#}"), "role runtime stopped");
+            }
+        });
+    }
 
     tracing::info!(
         target: "gpuchain::event",
@@ -87,6 +139,21 @@ pub async fn run(config: NodeConfig) -> Result<()> {
     blobs.shutdown().await;
     let _ = fs::remove_file(dir.join(API_ADDR_FILE));
     result
+}
+
+async fn connect_chain(
+    config: &NodeConfig,
+    key: alloy_signer_local::PrivateKeySigner,
+) -> Result<gpuchain_contracts::chain::ChainClient> {
+    let args = crate::commands::ChainArgs {
+        rpc_url: config
+            .rpc_url
+            .clone()
+            .ok_or_else(|| anyhow!("roles need --rpc-url"))?,
+        escrow: config.escrow_domain.escrow.to_string(),
+        token: config.token.map(|t| t.to_string()),
+    };
+    crate::commands::connect(&args, Some(key)).await
 }
 
 fn prepare_data_dir(dir: &Path) -> Result<()> {

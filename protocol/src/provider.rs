@@ -331,12 +331,18 @@ impl Provider {
                 // Heartbeat at once: the client's detector starts counting at assignment.
                 self.heartbeat(job_id, now);
             }
-            ChainEvent::EpochEnded { epoch, .. } => {
+            ChainEvent::EpochEnded { epoch, reason, .. } => {
                 let Some(job) = self.jobs.get(&job_id) else {
                     return;
                 };
                 if job.training.as_ref().is_some_and(|t| t.epoch == epoch) {
-                    self.stop(job_id, true);
+                    // A completed (or expired) job ends the epoch without fencing anyone.
+                    let fenced = !matches!(
+                        reason,
+                        crate::chain::EpochEndReason::Completed
+                            | crate::chain::EpochEndReason::Expired
+                    );
+                    self.stop(job_id, fenced);
                 }
                 self.maybe_bid(job_id, epoch.saturating_add(1));
             }

@@ -203,13 +203,101 @@ fn help_and_unbuilt_subcommands() {
     ] {
         assert!(help.contains(flag), "help lacks {flag}:\n{help}");
     }
-    for sub in ["job", "provider", "withdraw", "testnet"] {
+    let mut c = command();
+    c.args(["testnet", "--anything"]);
+    let out = run(c, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(2), "testnet");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
+    assert!(out.stdout.is_empty(), "testnet must not print fake output");
+}
+
+/// The chain-facing commands name what is wrong (no key, no node, no chain) and exit
+/// non-zero without printing results.
+#[test]
+fn job_provider_and_withdraw_commands_explain_bad_input() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path().to_str().expect("utf-8 path");
+    let escrow = "0x00000000000000000000000000000000000000e5";
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "withdraw",
+                "--data-dir",
+                d,
+                "--rpc-url",
+                "http://127.0.0.1:1",
+                "--escrow",
+                escrow,
+            ],
+            "no node key",
+        ),
+        (
+            vec![
+                "provider",
+                "register",
+                "--stake",
+                "abc",
+                "--data-dir",
+                d,
+                "--rpc-url",
+                "http://127.0.0.1:1",
+                "--escrow",
+                escrow,
+            ],
+            "--stake \"abc\" is not an amount",
+        ),
+        (
+            vec![
+                "job",
+                "submit",
+                "--data-dir",
+                d,
+                "--spec",
+                "job.toml",
+                "--budget",
+                "5",
+                "--max-price",
+                "0.01",
+                "--verifiers",
+                escrow,
+                "--quorum",
+                "1",
+            ],
+            "no running node",
+        ),
+        (
+            vec![
+                "job",
+                "status",
+                "7",
+                "--rpc-url",
+                "http://127.0.0.1:1",
+                "--escrow",
+                escrow,
+            ],
+            "127.0.0.1:1",
+        ),
+        (
+            vec![
+                "job",
+                "status",
+                "seven",
+                "--rpc-url",
+                "http://127.0.0.1:1",
+                "--escrow",
+                escrow,
+            ],
+            "not a job id",
+        ),
+    ];
+    for (args, want) in cases {
         let mut c = command();
-        c.args([sub, "--anything"]);
-        let out = run(c, Duration::from_secs(20));
-        assert_eq!(out.status.code(), Some(2), "{sub}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
-        assert!(out.stdout.is_empty(), "{sub} must not print fake output");
+        c.args(&args);
+        let out = run(c, Duration::from_secs(60));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} printed {:?}", out.stdout);
     }
 }
 

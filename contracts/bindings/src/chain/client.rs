@@ -532,6 +532,18 @@ impl ChainClient {
             .await
     }
 
+    /// The token providers stake in (test USDC on testnets): the default payment token.
+    pub async fn stake_token(&self) -> Result<Address, ChainError> {
+        self.inner
+            .rpc
+            .view(
+                "stakeToken",
+                self.inner.escrow,
+                JobEscrow::stakeTokenCall {},
+            )
+            .await
+    }
+
     /// What `account` can `withdraw` in `token`.
     pub async fn withdrawable(&self, account: Address, token: Address) -> Result<U256, ChainError> {
         self.inner

@@ -1,0 +1,421 @@
+//! Jobs as the node runs them: the job file a client submits, the protocol `JobSpec` it
+//! becomes, the trainer's `TrainSpec` every provider and verifier derives from that spec,
+//! and the job's data, fetched as blobs and unpacked once per spec.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow, bail};
+use gpuchain_protocol::spec::{HyperParams, ModelKind, QualityThresholds};
+use gpuchain_protocol::{Hash, JobSpec};
+use gpuchain_trainer::data::bundle;
+use gpuchain_trainer::{Job, ModelSpec, OptimSpec, QualitySpec, TrainSpec};
+use serde::Deserialize;
+use tokio::sync::Mutex;
+
+use crate::blobs::BlobNode;
+
+/// The `model_blob` of a fashion-cnn job: the architecture is built into the trainer, so
+/// the blob only names it (a provider that fetched something else refuses the job).
+pub const FASHION_CNN_MODEL: &[u8] = b"gpuchain-model/fashion-cnn/v1\n";
+/// Where Debian's `dataset-fashion-mnist` package puts the files (`scripts/setup` installs it).
+pub const DEFAULT_FASHION_DIR: &str = "/usr/share/datasets/fashion-mnist";
+/// Overrides [`DEFAULT_FASHION_DIR`], as for the trainer's own tests.
+pub const FASHION_DIR_ENV: &str = "GPUCHAIN_FASHION_MNIST_DIR";
+
+/// The job file (`gpuchain job submit --spec job.toml`). Everything but the step counts has
+/// a default that reproduces the product page's fashion-cnn run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    pub model: ModelKind,
+    /// Folder with the Fashion-MNIST `.gz` files; relative paths are relative to the job file.
+    pub data_dir: Option<PathBuf>,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    pub total_steps: u64,
+    pub checkpoint_interval: u64,
+    #[serde(default = "default_batch")]
+    pub effective_batch: u32,
+    #[serde(default = "default_memory_mb")]
+    pub min_memory_mb: u64,
+    /// Test images the quality test scores (the first ones of the test split).
+    #[serde(default = "default_eval_examples")]
+    pub eval_examples: u64,
+    #[serde(default)]
+    pub hyper: HyperFile,
+    #[serde(default)]
+    pub quality: QualityFile,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HyperFile {
+    pub learning_rate: f64,
+    pub weight_decay: f64,
+    /// Default: 5 % of the steps.
+    pub warmup_steps: Option<u64>,
+    /// The cosine decay ends at this fraction of the peak rate (1.0 = constant).
+    pub min_lr_ratio: f64,
+}
+
+impl Default for HyperFile {
+    fn default() -> Self {
+        Self {
+            learning_rate: 3e-3,
+            weight_decay: 0.01,
+            warmup_steps: None,
+            min_lr_ratio: 0.05,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QualityFile {
+    pub min_accuracy: f64,
+    pub after_step: u64,
+    pub max_accuracy_drop: f64,
+    pub max_loss: f64,
+    pub spot_check_steps: u32,
+}
+
+impl Default for QualityFile {
+    fn default() -> Self {
+        Self {
+            min_accuracy: 0.5,
+            after_step: 100,
+            max_accuracy_drop: 0.05,
+            max_loss: 10.0,
+            spot_check_steps: 2,
+        }
+    }
+}
+
+fn default_seed() -> u64 {
+    4
+}
+fn default_batch() -> u32 {
+    64
+}
+fn default_memory_mb() -> u64 {
+    256
+}
+fn default_eval_examples() -> u64 {
+    2000
+}
+
+/// The job's three blobs, ready to add to the client's store.
+pub struct JobBlobs {
+    pub model: Vec<u8>,
+    pub train: Vec<u8>,
+    pub eval: Vec<u8>,
+}
+
+impl std::fmt::Debug for JobBlobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobBlobs")
+            .field("model", &self.model.len())
+            .field("train", &self.train.len())
+            .field("eval", &self.eval.len())
+            .finish()
+    }
+}
+
+impl JobFile {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read the job file {}: check the --spec path",
+                path.display()
+            )
+        })?;
+        toml::from_str(&text).map_err(|e| {
+            anyhow!(
+                "job file {} is not valid: {}",
+                path.display(),
+                e.to_string().trim_end()
+            )
+        })
+    }
+
+    fn data_dir(&self, job_file: &Path) -> PathBuf {
+        match &self.data_dir {
+            Some(d) if d.is_absolute() => d.clone(),
+            Some(d) => job_file.parent().unwrap_or(Path::new(".")).join(d),
+            None => std::env::var_os(FASHION_DIR_ENV)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_FASHION_DIR)),
+        }
+    }
+
+    /// Packs the data and builds the spec naming it. Fails on anything the trainer would
+    /// refuse later, so a bad job never reaches the chain.
+    pub fn build(&self, job_file: &Path) -> Result<(JobSpec, JobBlobs)> {
+        if self.model != ModelKind::FashionCnn {
+            bail!(
+                "job file {}: model {:?} cannot be submitted by this node yet; use \"fashion-cnn\"",
+                job_file.display(),
+                self.model
+            );
+        }
+        let dir = self.data_dir(job_file);
+        let train = bundle::pack_dir_files(&dir, &bundle::FASHION_TRAIN_FILES)
+            .map_err(|e| anyhow!("job data in {}: {e}", dir.display()))?;
+        let eval = bundle::pack_dir_files(&dir, &bundle::FASHION_EVAL_FILES)
+            .map_err(|e| anyhow!("job data in {}: {e}", dir.display()))?;
+        let blobs = JobBlobs {
+            model: FASHION_CNN_MODEL.to_vec(),
+            train,
+            eval,
+        };
+        let mut extra = BTreeMap::new();
+        extra.insert("min_lr_ratio".to_string(), self.hyper.min_lr_ratio);
+        extra.insert("eval_examples".to_string(), self.eval_examples as f64);
+        let spec = JobSpec {
+            model: self.model,
+            model_blob: blake3_of(&blobs.model),
+            dataset_blob: blake3_of(&blobs.train),
+            eval_blob: blake3_of(&blobs.eval),
+            hyper: HyperParams {
+                learning_rate: self.hyper.learning_rate,
+                weight_decay: self.hyper.weight_decay,
+                warmup_steps: self.hyper.warmup_steps.unwrap_or(self.total_steps / 20),
+                extra,
+            },
+            seed: self.seed,
+            total_steps: self.total_steps,
+            checkpoint_interval: self.checkpoint_interval,
+            effective_batch: self.effective_batch,
+            min_memory_bytes: self.min_memory_mb << 20,
+            quality: QualityThresholds {
+                min_accuracy: self.quality.min_accuracy,
+                after_step: self.quality.after_step,
+                max_accuracy_drop: self.quality.max_accuracy_drop,
+                max_loss: self.quality.max_loss,
+                spot_check_steps: self.quality.spot_check_steps,
+                spot_check_tolerance: 0.0,
+            },
+        };
+        spec.check()
+            .map_err(|e| anyhow!("job file {}: {e}", job_file.display()))?;
+        train_spec(&spec)?
+            .validate()
+            .map_err(|e| anyhow!("job file {}: {e}", job_file.display()))?;
+        Ok((spec, blobs))
+    }
+}
+
+pub fn blake3_of(bytes: &[u8]) -> Hash {
+    Hash::from(*blake3::hash(bytes).as_bytes())
+}
+
+pub fn to_iroh(h: Hash) -> iroh_blobs::Hash {
+    iroh_blobs::Hash::from_bytes(h.0)
+}
+
+pub fn from_iroh(h: iroh_blobs::Hash) -> Hash {
+    Hash::from(*h.as_bytes())
+}
+
+/// The trainer's view of a protocol spec. Every provider and verifier derives it the same
+/// way, so checkpoints carry the same fingerprint.
+pub fn train_spec(spec: &JobSpec) -> Result<TrainSpec> {
+    let model = match spec.model {
+        ModelKind::FashionCnn => ModelSpec::FashionCnn,
+        ModelKind::BertLora => bail!("bert-lora jobs are not run by this node yet"),
+    };
+    let extra = &spec.hyper.extra;
+    let eval_examples = extra.get("eval_examples").copied().unwrap_or(2000.0);
+    if !(1.0..=1e7).contains(&eval_examples) {
+        bail!("the job's eval_examples ({eval_examples}) must be between 1 and 10 million");
+    }
+    Ok(TrainSpec {
+        job_id: hex::encode(spec.spec_hash()),
+        model,
+        seed: spec.seed,
+        total_steps: spec.total_steps,
+        effective_batch: spec.effective_batch as usize,
+        optim: OptimSpec {
+            peak_lr: spec.hyper.learning_rate,
+            warmup_steps: spec.hyper.warmup_steps,
+            min_lr_ratio: extra.get("min_lr_ratio").copied().unwrap_or(1.0),
+            weight_decay: spec.hyper.weight_decay,
+            ..OptimSpec::default()
+        },
+        quality: QualitySpec {
+            min_accuracy: spec.quality.min_accuracy,
+            max_loss: spec.quality.max_loss,
+            max_regression: spec.quality.max_accuracy_drop,
+            eval_examples: eval_examples as usize,
+        },
+    })
+}
+
+/// Specs seen (offers, own submissions), the chain's job → spec binding, and jobs built
+/// from fetched data. Shared by the runtime and its tasks.
+#[derive(Default)]
+pub struct JobLibrary {
+    specs: std::sync::Mutex<HashMap<Hash, JobSpec>>,
+    by_job: std::sync::Mutex<HashMap<gpuchain_protocol::JobId, Hash>>,
+    built: Mutex<HashMap<Hash, Arc<Job>>>,
+}
+
+/// Specs remembered from gossip; an offer flood cannot grow memory beyond this.
+const MAX_SPECS: usize = 1024;
+
+impl JobLibrary {
+    pub fn remember_spec(&self, spec: &JobSpec) {
+        let mut specs = self.specs.lock().unwrap_or_else(|p| p.into_inner());
+        if specs.len() >= MAX_SPECS {
+            // Keep the ones the chain confirmed; forget gossip-only ones.
+            let bound: Vec<Hash> = self
+                .by_job
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .copied()
+                .collect();
+            specs.retain(|h, _| bound.contains(h));
+        }
+        specs.insert(spec.spec_hash(), spec.clone());
+    }
+
+    pub fn bind_job(&self, job_id: gpuchain_protocol::JobId, spec_hash: Hash) {
+        self.by_job
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(job_id, spec_hash);
+    }
+
+    pub fn spec(&self, spec_hash: Hash) -> Option<JobSpec> {
+        self.specs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&spec_hash)
+            .cloned()
+    }
+
+    pub fn spec_of_job(&self, job_id: gpuchain_protocol::JobId) -> Option<JobSpec> {
+        let hash = *self
+            .by_job
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&job_id)?;
+        self.spec(hash)
+    }
+
+    /// The job ready to train or verify: its blobs fetched (from anyone who has them),
+    /// checked against the spec, unpacked under `data_dir/jobs/<spec hash>/`, loaded once.
+    pub async fn prepare(
+        &self,
+        spec: &JobSpec,
+        blobs: &crate::handle::NodeHandle,
+        data_dir: &Path,
+    ) -> Result<Arc<Job>> {
+        let spec_hash = spec.spec_hash();
+        let mut built = self.built.lock().await;
+        if let Some(job) = built.get(&spec_hash) {
+            return Ok(job.clone());
+        }
+        let tspec = train_spec(spec)?;
+        let model = fetch_bytes(blobs, spec.model_blob).await?;
+        if model != FASHION_CNN_MODEL {
+            bail!("the job's model blob is not the fashion-cnn descriptor this node knows");
+        }
+        let dir = data_dir
+            .join("jobs")
+            .join(hex::encode(spec_hash))
+            .join("data");
+        for blob in [spec.dataset_blob, spec.eval_blob] {
+            let bytes = fetch_bytes(blobs, blob).await?;
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || bundle::unpack_to_dir(&bytes, &dir))
+                .await
+                .map_err(|e| anyhow!("unpacking job data: {e}"))?
+                .map_err(|e| anyhow!("the job's data blob {blob} is malformed: {e}"))?;
+        }
+        let job = tokio::task::spawn_blocking(move || -> Result<Job> {
+            let device = gpuchain_trainer::DeviceChoice::Cpu.open()?;
+            Ok(Job::fashion(tspec, &dir, device)?)
+        })
+        .await
+        .map_err(|e| anyhow!("loading job data: {e}"))??;
+        let job = Arc::new(job);
+        built.insert(spec_hash, job.clone());
+        Ok(job)
+    }
+}
+
+/// A blob's bytes, fetched from any peer that has it when we do not.
+pub async fn fetch_bytes(handle: &crate::handle::NodeHandle, hash: Hash) -> Result<Vec<u8>> {
+    let blobs: &BlobNode = handle.blobs();
+    let h = to_iroh(hash);
+    if blobs.complete_size(h).await?.is_none() {
+        handle.fetch_hash(h, Vec::new()).await?;
+    }
+    blobs.read(h).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        let p = dir.join("job.toml");
+        std::fs::write(&p, text).expect("write job file");
+        p
+    }
+
+    #[test]
+    fn job_file_builds_a_spec_whose_blobs_are_the_packed_data() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = write(
+            dir.path(),
+            "model = \"fashion-cnn\"\ntotal_steps = 40\ncheckpoint_interval = 10\n",
+        );
+        let file = JobFile::load(&p).expect("load");
+        let (spec, blobs) = file.build(&p).expect("build");
+        assert_eq!(spec.model_blob, blake3_of(&blobs.model));
+        assert_eq!(spec.dataset_blob, blake3_of(&blobs.train));
+        assert_eq!(spec.eval_blob, blake3_of(&blobs.eval));
+        assert_eq!(spec.hyper.warmup_steps, 2);
+        let t = train_spec(&spec).expect("train spec");
+        assert_eq!(t.job_id, hex::encode(spec.spec_hash()));
+        assert_eq!(t.optim.min_lr_ratio, 0.05);
+        assert_eq!(t.quality.eval_examples, 2000);
+    }
+
+    #[test]
+    fn bad_job_files_name_the_problem() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = write(
+            dir.path(),
+            "model = \"fashion-cnn\"\ntotal_steps = 40\ncheckpoint_interval = 10\nbatch = 3\n",
+        );
+        let e = JobFile::load(&p).expect_err("unknown key");
+        assert!(e.to_string().contains("batch"), "{e}");
+
+        let p = write(
+            dir.path(),
+            "model = \"fashion-cnn\"\ntotal_steps = 40\ncheckpoint_interval = 0\n",
+        );
+        let e = JobFile::load(&p)
+            .and_then(|f| f.build(&p))
+            .expect_err("zero interval");
+        assert!(e.to_string().contains("checkpoint_interval"), "{e}");
+
+        let p = write(
+            dir.path(),
+            "model = \"fashion-cnn\"\ntotal_steps = 4\ncheckpoint_interval = 2\ndata_dir = \"nowhere\"\n",
+        );
+        let e = JobFile::load(&p)
+            .and_then(|f| f.build(&p))
+            .expect_err("missing data");
+        assert!(e.to_string().contains("nowhere"), "{e}");
+
+        let e = JobFile::load(&dir.path().join("absent.toml")).expect_err("missing file");
+        assert!(e.to_string().contains("--spec"), "{e}");
+    }
+}

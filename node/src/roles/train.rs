@@ -1,0 +1,209 @@
+//! The provider's trainer: one blocking thread per assigned epoch, started and stopped by
+//! the provider machine. Each checkpoint goes into the blob store with the interval's
+//! per-step states (blobs named by their state hash, so verifiers fetch exactly what the
+//! announce committed to), then back to the machine as `CheckpointReady`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{Result, anyhow, bail};
+use gpuchain_protocol::{Epoch, Hash, Input, JobId, JobSpec, Step};
+use gpuchain_trainer::{Job, Trainer, TrainerOptions, cheat};
+
+use super::jobs::{fetch_bytes, from_iroh};
+use super::{Ctx, Fault};
+
+#[derive(Debug, Clone)]
+pub struct Start {
+    pub job_id: JobId,
+    pub epoch: Epoch,
+    pub spec_hash: Hash,
+    pub from_step: Step,
+    pub from_checkpoint: Hash,
+    pub until_step: Step,
+    pub checkpoint_interval: Step,
+    pub fault: Option<Fault>,
+}
+
+/// The running trainers, by job: the cancel flag each thread checks between steps.
+#[derive(Default)]
+pub struct Trainers {
+    running: HashMap<JobId, (Epoch, Arc<AtomicBool>)>,
+}
+
+fn states_prefix(job_id: JobId, epoch: Epoch) -> String {
+    format!("gpuchain/states/{job_id}/{epoch}/")
+}
+
+impl Trainers {
+    pub fn start(&mut self, ctx: Ctx, start: Start) {
+        if let Some((_, old)) = self.running.remove(&start.job_id) {
+            old.store(true, Ordering::Relaxed);
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.running
+            .insert(start.job_id, (start.epoch, cancel.clone()));
+        tokio::spawn(async move {
+            let (job_id, epoch) = (start.job_id, start.epoch);
+            if let Err(e) = run(ctx.clone(), start, cancel).await {
+                let reason = format!("{e:#}");
+                tracing::error!(target: "gpuchain::event", event = "training_failed", job_id = %job_id, epoch, error = %reason, "training failed");
+                ctx.input(Input::TrainingFailed {
+                    job_id,
+                    epoch,
+                    reason,
+                })
+                .await;
+            }
+        });
+    }
+
+    pub fn stop(&mut self, ctx: &Ctx, job_id: JobId, epoch: Epoch) {
+        if self.running.get(&job_id).is_some_and(|(e, _)| *e == epoch)
+            && let Some((_, cancel)) = self.running.remove(&job_id)
+        {
+            cancel.store(true, Ordering::Relaxed);
+        }
+        // A fenced epoch's states can never be checked again.
+        let blobs = ctx.handle.blobs().clone();
+        tokio::spawn(async move {
+            let _ = blobs.untag_prefix(&states_prefix(job_id, epoch)).await;
+        });
+    }
+
+    pub fn stop_all(&mut self) {
+        for (_, (_, cancel)) in self.running.drain() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+async fn run(ctx: Ctx, start: Start, cancel: Arc<AtomicBool>) -> Result<()> {
+    let spec = ctx.library.spec(start.spec_hash).ok_or_else(|| {
+        anyhow!(
+            "assigned to job {} but its spec {} was never offered to this node",
+            start.job_id,
+            start.spec_hash
+        )
+    })?;
+    let job = ctx
+        .library
+        .prepare(&spec, &ctx.handle, &ctx.data_dir)
+        .await?;
+    // The escrow names the start: the last accepted checkpoint (fetched from whoever kept
+    // it: the client and the verifiers do), or the spec itself before any acceptance.
+    let resume = if start.from_checkpoint == start.spec_hash {
+        None
+    } else {
+        Some(fetch_bytes(&ctx.handle, start.from_checkpoint).await?)
+    };
+    tracing::info!(target: "gpuchain::event", event = "training_started", job_id = %start.job_id, epoch = start.epoch, from_step = start.from_step, from_checkpoint = %start.from_checkpoint, fault = ?start.fault, "training started");
+    let rt = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || train_loop(&rt, &ctx, &start, &spec, job, resume, &cancel))
+        .await
+        .map_err(|e| anyhow!("the training thread died: {e}"))?
+}
+
+fn train_loop(
+    rt: &tokio::runtime::Handle,
+    ctx: &Ctx,
+    s: &Start,
+    spec: &JobSpec,
+    job: Arc<Job>,
+    resume: Option<Vec<u8>>,
+    cancel: &AtomicBool,
+) -> Result<()> {
+    let opts = TrainerOptions {
+        keep_states: true,
+        ..TrainerOptions::default()
+    };
+    let mut trainer = match &resume {
+        None => Trainer::new(job.clone(), s.epoch, opts)?,
+        Some(bytes) => Trainer::resume(job.clone(), bytes, s.epoch, opts)?,
+    };
+    if trainer.step_count() != s.from_step {
+        bail!(
+            "the start checkpoint is at step {} but the escrow assigned from step {}",
+            trainer.step_count(),
+            s.from_step
+        );
+    }
+    if s.fault == Some(Fault::WrongOrder) {
+        cheat::wrong_order(&mut trainer, spec.seed.wrapping_add(1));
+    }
+    // What a stale provider resubmits: the interval's starting checkpoint.
+    let mut interval_start = match s.fault {
+        Some(Fault::Stale) => Some(trainer.checkpoint()?.to_bytes()?),
+        _ => None,
+    };
+    let blobs = ctx.handle.blobs().clone();
+    let mut first = true;
+    while trainer.step_count() < s.until_step {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let report = trainer.step()?;
+        if first {
+            first = false;
+            tracing::info!(target: "gpuchain::event", event = "first_step", job_id = %s.job_id, epoch = s.epoch, step = report.step, loss = report.loss, "training: first step of the epoch done");
+        }
+        rt.block_on(ctx.input(Input::StepDone {
+            job_id: s.job_id,
+            epoch: s.epoch,
+            step: report.step,
+            loss: report.loss,
+        }));
+        if !spec.is_checkpoint_step(report.step) {
+            continue;
+        }
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let honest = trainer.checkpoint()?.to_bytes()?;
+        let bytes = match s.fault {
+            Some(Fault::Junk) => cheat::junk(&job, &honest, spec.seed ^ report.step ^ 0x6a75_6e6b)?,
+            Some(Fault::Nan) => cheat::nan(&job, &honest)?,
+            Some(Fault::Stale) => match &interval_start {
+                Some(parent) => cheat::stale(&job, parent, report.step)?,
+                None => honest,
+            },
+            Some(Fault::WrongOrder) | None => honest,
+        };
+        let state_hashes: Vec<Hash> = trainer
+            .interval_hashes()
+            .iter()
+            .map(|h| Hash::from(h.0))
+            .collect();
+        let preimages = trainer.interval_preimages()?;
+        let step = report.step;
+        let prefix = states_prefix(s.job_id, s.epoch);
+        let hash = rt.block_on(async {
+            for (h, pre) in preimages {
+                blobs
+                    .add_bytes(pre, &format!("{prefix}{step}/{h}"), false)
+                    .await?;
+            }
+            let tag = format!("gpuchain/checkpoint/{}/{}/{step}", s.job_id, s.epoch);
+            blobs.add_bytes(bytes.clone(), &tag, true).await
+        })?;
+        let checkpoint_hash = from_iroh(hash);
+        rt.block_on(ctx.input(Input::CheckpointReady {
+            job_id: s.job_id,
+            epoch: s.epoch,
+            step,
+            checkpoint_hash,
+            state_hashes,
+        }));
+        trainer.start_interval(Some(checkpoint_hash.0))?;
+        if s.fault == Some(Fault::Stale) {
+            interval_start = Some(bytes);
+        }
+        // States two intervals back are decided by now (or never will be).
+        if let Some(old) = step.checked_sub(2 * s.checkpoint_interval) {
+            let _ = rt.block_on(blobs.untag_prefix(&format!("{prefix}{old}/")));
+        }
+    }
+    tracing::info!(target: "gpuchain::event", event = "training_done", job_id = %s.job_id, epoch = s.epoch, step = trainer.step_count(), "training reached the job's last step");
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! The verifier's runners and the blob fetches every role asks for. A checkpoint must be the
+//! state its announce committed to (its state hash is the announce's last one), pass the
+//! quality test against the previous accepted checkpoint, and survive the re-execution of
+//! the seeded spot-check steps from states fetched by their committed hashes.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use anyhow::{Result, anyhow};
+use gpuchain_protocol::io::{QualityReport, SpotStep};
+use gpuchain_protocol::messages::CheckpointAnnounce;
+use gpuchain_protocol::{Address, Epoch, Hash, Input, JobId, Step};
+use gpuchain_trainer::verify::quality::Reason;
+use gpuchain_trainer::{Checkpoint, StateHash, quality_test, spot_check_preimage};
+
+use super::Ctx;
+use super::jobs::{fetch_bytes, to_iroh};
+
+/// Announces remembered for the commitment check; older ones are long decided.
+const MAX_COMMITMENTS: usize = 4096;
+const FETCH_ATTEMPTS: u32 = 3;
+
+/// What announces committed to: checkpoint hash → the interval's last state hash.
+#[derive(Default)]
+pub struct Verifications {
+    committed: HashMap<Hash, Hash>,
+    order: VecDeque<Hash>,
+}
+
+impl Verifications {
+    pub fn remember_announce(&mut self, a: &CheckpointAnnounce) {
+        let Some(last) = a.state_hashes.last() else {
+            return;
+        };
+        if self.committed.insert(a.checkpoint_hash, *last).is_none() {
+            self.order.push_back(a.checkpoint_hash);
+        }
+        while self.order.len() > MAX_COMMITMENTS {
+            if let Some(old) = self.order.pop_front() {
+                self.committed.remove(&old);
+            }
+        }
+    }
+
+    pub fn committed_state(&self, checkpoint: Hash) -> Option<Hash> {
+        self.committed.get(&checkpoint).copied()
+    }
+}
+
+/// `Output::FetchBlob`: from the hinted address's peers first, then anyone; always answered.
+pub async fn fetch_for_machine(ctx: Ctx, hash: Hash, from: Option<Address>) {
+    let preferred = match from {
+        Some(a) => ctx.handle.peers_of(a).await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let started = std::time::Instant::now();
+    let mut ok = false;
+    let mut last_error = String::new();
+    for attempt in 1..=FETCH_ATTEMPTS {
+        match ctx
+            .handle
+            .fetch_hash(to_iroh(hash), preferred.clone())
+            .await
+        {
+            Ok(_) => {
+                ok = true;
+                break;
+            }
+            Err(e) => {
+                last_error = format!("{e:#}");
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+            }
+        }
+    }
+    if ok {
+        tracing::info!(target: "gpuchain::event", event = "blob_fetched", hash = %hash, elapsed_ms = started.elapsed().as_millis() as u64, "blob fetched");
+    } else {
+        tracing::warn!(target: "gpuchain::event", event = "blob_fetch_failed", hash = %hash, error = %last_error, "blob fetch failed");
+    }
+    ctx.input(Input::BlobFetched { hash, ok }).await;
+}
+
+pub struct QualityJob {
+    pub job_id: JobId,
+    pub epoch: Epoch,
+    pub step: Step,
+    pub checkpoint_hash: Hash,
+    pub baseline: Hash,
+    /// The announce's last state hash, if we saw the announce.
+    pub committed: Option<Hash>,
+}
+
+pub async fn quality(ctx: Ctx, q: QualityJob) {
+    let report = match run_quality(&ctx, &q).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(target: "gpuchain::event", event = "quality_error", job_id = %q.job_id, step = q.step, error = %format!("{e:#}"), "quality test could not run; voting reject");
+            QualityReport {
+                pass: false,
+                accuracy: f64::NAN,
+                loss: f64::NAN,
+            }
+        }
+    };
+    ctx.input(Input::QualityResult {
+        job_id: q.job_id,
+        epoch: q.epoch,
+        step: q.step,
+        checkpoint_hash: q.checkpoint_hash,
+        report,
+    })
+    .await;
+}
+
+async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
+    let spec = ctx
+        .library
+        .spec_of_job(q.job_id)
+        .ok_or_else(|| anyhow!("job {} has no known spec", q.job_id))?;
+    let job = ctx
+        .library
+        .prepare(&spec, &ctx.handle, &ctx.data_dir)
+        .await?;
+    let candidate = fetch_bytes(&ctx.handle, q.checkpoint_hash).await?;
+    let previous = if q.baseline == spec.spec_hash() {
+        None
+    } else {
+        Some(fetch_bytes(&ctx.handle, q.baseline).await?)
+    };
+    let (step, committed, after_step) = (q.step, q.committed, spec.quality.after_step);
+    let (report, detail, prev_acc) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let fail = |d: String| {
+            (
+                QualityReport {
+                    pass: false,
+                    accuracy: f64::NAN,
+                    loss: f64::NAN,
+                },
+                d,
+                None,
+            )
+        };
+        let ckpt = match Checkpoint::from_bytes(&candidate, &job.device) {
+            Ok(c) => c,
+            Err(e) => return Ok(fail(format!("unreadable checkpoint: {e}"))),
+        };
+        let state = ckpt.state.hash()?;
+        if committed != Some(Hash::from(state.0)) {
+            return Ok(fail(
+                "the checkpoint is not the state its announce committed to".into(),
+            ));
+        }
+        if ckpt.meta.step != step {
+            return Ok(fail(format!(
+                "the checkpoint is of step {}, announced as {step}",
+                ckpt.meta.step
+            )));
+        }
+        let v = quality_test(&job, &candidate, previous.as_deref())?;
+        // The spec's accuracy floor applies only once `after_step` is passed: early
+        // checkpoints of an honest run are below it.
+        let reasons: Vec<&Reason> = v
+            .reasons
+            .iter()
+            .filter(|r| !(step < after_step && matches!(r, Reason::BelowMinAccuracy { .. })))
+            .collect();
+        let cand = v.candidate.as_ref();
+        Ok((
+            QualityReport {
+                pass: reasons.is_empty() && (v.accepted || !v.reasons.is_empty()),
+                accuracy: cand.map_or(f64::NAN, |e| e.accuracy),
+                loss: cand.map_or(f64::NAN, |e| e.loss),
+            },
+            format!("{reasons:?}"),
+            v.previous.as_ref().map(|e| e.accuracy),
+        ))
+    })
+    .await
+    .map_err(|e| anyhow!("the quality test thread died: {e}"))??;
+    tracing::info!(target: "gpuchain::event", event = "quality_test", job_id = %q.job_id, epoch = q.epoch, step = q.step, checkpoint = %q.checkpoint_hash, pass = report.pass, accuracy = report.accuracy, loss = report.loss, previous_accuracy = prev_acc, reasons = %detail, "quality test");
+    Ok(report)
+}
+
+pub struct SpotJob {
+    pub job_id: JobId,
+    pub epoch: Epoch,
+    pub step: Step,
+    pub checkpoint_hash: Hash,
+    pub provider: Address,
+    pub steps: Vec<SpotStep>,
+}
+
+pub async fn spot(ctx: Ctx, s: SpotJob) {
+    let pass = match run_spot(&ctx, &s).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(target: "gpuchain::event", event = "spot_check_error", job_id = %s.job_id, step = s.step, error = %format!("{e:#}"), "spot check could not run; voting reject");
+            false
+        }
+    };
+    ctx.input(Input::SpotCheckResult {
+        job_id: s.job_id,
+        epoch: s.epoch,
+        step: s.step,
+        checkpoint_hash: s.checkpoint_hash,
+        pass,
+    })
+    .await;
+}
+
+async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
+    let spec = ctx
+        .library
+        .spec_of_job(s.job_id)
+        .ok_or_else(|| anyhow!("job {} has no known spec", s.job_id))?;
+    let job = ctx
+        .library
+        .prepare(&spec, &ctx.handle, &ctx.data_dir)
+        .await?;
+    let candidate = fetch_bytes(&ctx.handle, s.checkpoint_hash).await?;
+    let dev = job.device.clone();
+    let meta = tokio::task::spawn_blocking(move || Checkpoint::from_bytes(&candidate, &dev))
+        .await
+        .map_err(|e| anyhow!("spot check thread died: {e}"))?;
+    let meta = match meta {
+        Ok(c) => c.meta,
+        Err(e) => {
+            tracing::info!(target: "gpuchain::event", event = "spot_check", job_id = %s.job_id, step = s.step, pass = false, detail = %format!("unreadable checkpoint: {e}"), "spot check");
+            return Ok(false);
+        }
+    };
+    let peers = ctx.handle.peers_of(s.provider).await.unwrap_or_default();
+    for st in &s.steps {
+        if let Err(e) = ctx
+            .handle
+            .fetch_hash(to_iroh(st.before), peers.clone())
+            .await
+        {
+            tracing::info!(target: "gpuchain::event", event = "spot_check", job_id = %s.job_id, step = s.step, checked_step = st.step, pass = false, detail = %format!("state not served: {e:#}"), "spot check");
+            return Ok(false);
+        }
+        let before = ctx.handle.blobs().read(to_iroh(st.before)).await?;
+        let (job, meta, st2) = (job.clone(), meta.clone(), *st);
+        let r = tokio::task::spawn_blocking(move || {
+            spot_check_preimage(
+                &job,
+                &meta,
+                &before,
+                StateHash(st2.before.0),
+                StateHash(st2.after.0),
+            )
+        })
+        .await
+        .map_err(|e| anyhow!("spot check thread died: {e}"))??;
+        if !r.matched {
+            tracing::info!(target: "gpuchain::event", event = "spot_check", job_id = %s.job_id, step = s.step, checked_step = st.step, pass = false, detail = %r.detail, "spot check");
+            return Ok(false);
+        }
+    }
+    tracing::info!(target: "gpuchain::event", event = "spot_check", job_id = %s.job_id, step = s.step, checked = s.steps.len(), pass = true, "spot check");
+    Ok(true)
+}

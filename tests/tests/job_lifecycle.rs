@@ -1,0 +1,550 @@
+//! One job end to end across separate `gpuchain` processes on a real anvil with the real
+//! contracts: a client, two verifiers and providers as their own processes, a small
+//! fashion-cnn job trained for real. Balances are read from the chain and asserted to the
+//! unit. The scenarios run one at a time (they share the CPU, and timing is part of what
+//! they observe).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result, bail, ensure};
+use gpuchain_protocol::chain::ChainTx;
+use gpuchain_protocol::eip712::VoteFields;
+use gpuchain_protocol::messages::{CheckpointAnnounce, state_root};
+use gpuchain_protocol::topics::job_topic;
+use gpuchain_protocol::{Hash, Message, Sig65, SigningKey};
+use gpuchain_testnet::{
+    Address, ChainClient, ChainOpts, NodeSpec, Testnet, U256, USDC, after, binary, event_time,
+    field, is_event, poll_until,
+};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+const STEPS: u64 = 40;
+const INTERVAL: u64 = 10;
+const BUDGET: u64 = USDC; // 1 USDC
+const STAKE: u64 = 100 * USDC;
+const JOB_TIMEOUT: Duration = Duration::from_secs(420);
+
+const JOB_FILE: &str = r#"
+model = "fashion-cnn"
+total_steps = 40
+checkpoint_interval = 10
+eval_examples = 500
+
+[quality]
+min_accuracy = 0.2
+after_step = 30
+max_accuracy_drop = 0.1
+"#;
+
+struct Provider {
+    name: &'static str,
+    price: u64,
+    fault: Option<&'static str>,
+}
+
+const fn p(name: &'static str, price: u64, fault: Option<&'static str>) -> Provider {
+    Provider { name, price, fault }
+}
+
+struct Setup {
+    net: Testnet,
+    job_file: PathBuf,
+}
+
+fn run_dir(tag: &str) -> Result<PathBuf> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-{tag}"));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+async fn setup(tag: &str, providers: &[Provider]) -> Result<Setup> {
+    let dir = run_dir(tag)?;
+    let mut net = Testnet::with_new_chain(&dir, binary()?, ChainOpts::default()).await?;
+    let usdc = net.chain()?.usdc().to_string();
+    let node = |name: &str, role: &str| {
+        NodeSpec::new(name)
+            .role(role)
+            .on_chain()
+            .arg("--token")
+            .arg(usdc.clone())
+    };
+    net.spawn(node("client", "client")).await?;
+    net.spawn(node("v1", "verifier")).await?;
+    net.spawn(node("v2", "verifier")).await?;
+    for pr in providers {
+        let mut spec = node(pr.name, "provider")
+            .arg("--price-per-step")
+            .arg(amount(pr.price));
+        if let Some(f) = pr.fault {
+            spec = spec.arg("--fault").arg(f);
+        }
+        net.spawn(spec).await?;
+        let signer = net.node(pr.name)?.signer().clone();
+        let chain = net.chain()?.client(signer).await?;
+        chain.register(U256::from(STAKE)).await?;
+    }
+    let total = 3 + providers.len() as u64;
+    let client = net.node("client")?;
+    poll_until("the mesh to connect", Duration::from_secs(30), async || {
+        Ok(client.connected_peers().await? + 1 >= total)
+    })
+    .await?;
+    // Hellos (address ↔ peer, blob endpoints) go out shortly after peers subscribe.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let job_file = dir.join("job.toml");
+    std::fs::write(&job_file, JOB_FILE)?;
+    Ok(Setup { net, job_file })
+}
+
+fn amount(base_units: u64) -> String {
+    format!("{}.{:06}", base_units / USDC, base_units % USDC)
+}
+
+/// `gpuchain job submit` through the client node, as a user would; returns the job id.
+async fn submit(s: &Setup, max_price: u64) -> Result<U256> {
+    let v1 = s.net.node("v1")?.eth_address().to_string();
+    let v2 = s.net.node("v2")?.eth_address().to_string();
+    let client = s.net.node("client")?;
+    let out = tokio::process::Command::new(s.net.binary())
+        .arg("job")
+        .arg("submit")
+        .arg("--data-dir")
+        .arg(client.data_dir())
+        .arg("--spec")
+        .arg(&s.job_file)
+        .arg("--budget")
+        .arg(amount(BUDGET))
+        .arg("--max-price")
+        .arg(amount(max_price))
+        .arg("--verifiers")
+        .arg(format!("{v1},{v2}"))
+        .arg("--quorum")
+        .arg("2")
+        .env_remove("GPUCHAIN_DATA_DIR")
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "job submit failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    id.parse()
+        .with_context(|| format!("job submit printed {id:?}, not a job id"))
+}
+
+async fn job(chain: &ChainClient, id: U256) -> Result<gpuchain_contracts::JobEscrow::JobView> {
+    Ok(chain.job(id).await?)
+}
+
+async fn wait_completed(s: &Setup, id: U256) -> Result<()> {
+    let chain = s.net.chain()?.deployer().clone();
+    poll_until("the job to complete", JOB_TIMEOUT, async || {
+        let v = job(&chain, id).await?;
+        ensure!(v.status != 4, "the job expired");
+        Ok(v.status == 3)
+    })
+    .await
+    .with_context(|| logs_tail(s))
+}
+
+fn logs_tail(s: &Setup) -> String {
+    s.net
+        .nodes()
+        .iter()
+        .map(|n| format!("--- {}\n{}", n.name(), n.log_tail(15)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn events(s: &Setup, node: &str, name: &str) -> Result<Vec<Value>> {
+    Ok(s.net
+        .node(node)?
+        .events()?
+        .into_iter()
+        .filter(|e| is_event(name)(e))
+        .collect())
+}
+
+fn u64_field(e: &Value, key: &str) -> Option<u64> {
+    field(e, key).and_then(|v| {
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+    })
+}
+
+fn bool_field(e: &Value, key: &str) -> Option<bool> {
+    field(e, key).and_then(|v| {
+        v.as_bool()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+    })
+}
+
+/// Every token the escrow holds is accounted for: stakes plus what it owes (withdrawable),
+/// plus what open jobs still hold.
+async fn assert_conserved(s: &Setup, accounts: &[Address], providers: &[&str]) -> Result<()> {
+    let chain = s.net.chain()?;
+    let mut owed = U256::ZERO;
+    for a in accounts {
+        owed += chain.withdrawable(*a).await?;
+    }
+    for p in providers {
+        owed += U256::from(chain.stake_of(s.net.node(p)?.eth_address()).await?.amount);
+    }
+    let held = chain.escrow_usdc_balance().await?;
+    ensure!(
+        held == owed,
+        "escrow holds {held} but owes {owed} (stakes + withdrawable)"
+    );
+    Ok(())
+}
+
+fn addr(s: &Setup, name: &str) -> Result<Address> {
+    Ok(s.net.node(name)?.eth_address())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn happy_path_pays_every_step_once_and_refunds_the_rest() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let s = setup("happy", &[p("p1", 1_000, None), p("p2", 2_000, None)]).await?;
+    let id = submit(&s, 5_000).await?;
+    wait_completed(&s, id).await?;
+
+    let chain = s.net.chain()?;
+    let v = job(chain.deployer(), id).await?;
+    ensure!(
+        v.lastAcceptedStep == STEPS && v.remaining.is_zero(),
+        "job left {v:?}"
+    );
+    // The cheapest bid won and trained every step.
+    let p1 = addr(&s, "p1")?;
+    let earned = U256::from(STEPS * 1_000);
+    assert_eq!(chain.withdrawable(p1).await?, earned);
+    assert_eq!(chain.withdrawable(addr(&s, "p2")?).await?, U256::ZERO);
+    assert_eq!(
+        chain.withdrawable(addr(&s, "client")?).await?,
+        U256::from(BUDGET) - earned
+    );
+    // Both verifiers accepted every checkpoint.
+    for v in ["v1", "v2"] {
+        let mut steps: Vec<u64> = events(&s, v, "vote_published")?
+            .iter()
+            .filter(|e| bool_field(e, "accept") == Some(true))
+            .filter_map(|e| u64_field(e, "step"))
+            .collect();
+        steps.sort_unstable();
+        steps.dedup();
+        assert_eq!(steps, vec![10, 20, 30, 40], "{v} accepted");
+    }
+    let accounts: Vec<Address> = ["client", "p1", "p2", "v1", "v2"]
+        .iter()
+        .map(|n| addr(&s, n))
+        .collect::<Result<_>>()?;
+    assert_conserved(&s, &accounts, &["p1", "p2"]).await?;
+
+    // `gpuchain withdraw` pays out exactly what the escrow credited.
+    let before = chain.usdc_balance(p1).await?;
+    let node = s.net.node("p1")?;
+    let out = tokio::process::Command::new(s.net.binary())
+        .args(["withdraw", "--rpc-url", chain.rpc_url(), "--escrow"])
+        .arg(chain.escrow().to_string())
+        .arg("--data-dir")
+        .arg(node.data_dir())
+        .arg("--keystore-password-file")
+        .arg(node.password_file())
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "withdraw failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(chain.usdc_balance(p1).await? - before, earned);
+    assert_eq!(chain.withdrawable(p1).await?, U256::ZERO);
+    Ok(())
+}
+
+/// Client's view of the job through its control API.
+async fn client_view(s: &Setup, id: U256) -> Result<Value> {
+    s.net.node("client")?.get(&format!("/v1/jobs/{id}")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_provider_is_replaced_and_resumed_from_the_last_accepted_checkpoint() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let s = setup(
+        "failover",
+        &[
+            p("p1", 1_000, None),
+            p("p2", 2_000, None),
+            p("p3", 3_000, None),
+        ],
+    )
+    .await?;
+    let id = submit(&s, 5_000).await?;
+    let chain = s.net.chain()?.deployer().clone();
+    // Mid-interval after the first acceptance: steps 11..19 are unaccepted work.
+    poll_until(
+        "p1 past step 12 after an acceptance",
+        JOB_TIMEOUT,
+        async || {
+            let v = job(&chain, id).await?;
+            let view = client_view(&s, id).await?;
+            let reported = view["last_reported_step"].as_u64().unwrap_or(0);
+            // Any mid-interval moment will do (the poll may miss a given interval on a slow
+            // machine); what was lost is read back from the chain below.
+            Ok(v.lastAcceptedStep >= 10
+                && reported < STEPS - INTERVAL / 2
+                && (2..=8).contains(&(reported % INTERVAL)))
+        },
+    )
+    .await
+    .with_context(|| logs_tail(&s))?;
+    let killed_at = s.net.kill9("p1")?;
+
+    let lost = s
+        .net
+        .wait_event(
+            "client",
+            after(killed_at, is_event("provider_lost")),
+            Duration::from_secs(30),
+        )
+        .await?;
+    let first_step = s
+        .net
+        .wait_event(
+            "p2",
+            after(killed_at, is_event("first_step")),
+            Duration::from_secs(120),
+        )
+        .await
+        .with_context(|| logs_tail(&s))?;
+    let since = |e: &Value| -> Result<Duration> {
+        let t = event_time(e).context("event without a time")?;
+        Ok(t.duration_since(killed_at).unwrap_or_default())
+    };
+    let detect = since(&lost)?;
+    let again = since(&first_step)?;
+    println!(
+        "failover: noticed {} ms after kill -9, training again {} ms after it",
+        detect.as_millis(),
+        again.as_millis()
+    );
+    ensure!(detect < Duration::from_secs(5), "detection took {detect:?}");
+
+    wait_completed(&s, id).await?;
+    let c = s.net.chain()?;
+    // Epoch 2 went to the next-cheapest provider, from the last accepted checkpoint (10),
+    // which p2 could only fetch from the client or a verifier: p1 was dead.
+    let assigned = s
+        .net
+        .wait_event(
+            "client",
+            |e| is_event("chain_assigned")(e) && u64_field(e, "epoch") == Some(2),
+            Duration::from_secs(1),
+        )
+        .await?;
+    let start = u64_field(&assigned, "start_step").context("start_step")?;
+    ensure!(start >= 10 && start % INTERVAL == 0, "resumed from {start}");
+    ensure!(
+        field(&assigned, "provider").and_then(Value::as_str)
+            == Some(addr(&s, "p2")?.to_string().as_str()),
+        "epoch 2 went to {assigned}"
+    );
+    let p1_paid = U256::from(start * 1_000);
+    let p2_paid = U256::from((STEPS - start) * 2_000);
+    assert_eq!(c.withdrawable(addr(&s, "p1")?).await?, p1_paid);
+    assert_eq!(c.withdrawable(addr(&s, "p2")?).await?, p2_paid);
+    assert_eq!(
+        c.withdrawable(addr(&s, "client")?).await?,
+        U256::from(BUDGET) - p1_paid - p2_paid
+    );
+    let accounts: Vec<Address> = ["client", "p2", "p3", "v1", "v2"]
+        .iter()
+        .map(|n| addr(&s, n))
+        .chain(std::iter::once(addr(&s, "p1")))
+        .collect::<Result<_>>()?;
+    assert_conserved(&s, &accounts, &["p1", "p2", "p3"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let s = setup(
+        "junk",
+        &[p("p1", 1_000, Some("junk")), p("p2", 2_000, None)],
+    )
+    .await?;
+    let id = submit(&s, 5_000).await?;
+    wait_completed(&s, id).await?;
+    let c = s.net.chain()?;
+    for v in ["v1", "v2"] {
+        let rejects: Vec<Value> = events(&s, v, "vote_published")?
+            .into_iter()
+            .filter(|e| bool_field(e, "accept") == Some(false))
+            .collect();
+        ensure!(
+            rejects.iter().any(|e| u64_field(e, "epoch") == Some(1)),
+            "{v} did not vote against the junk checkpoint"
+        );
+    }
+    let p1 = addr(&s, "p1")?;
+    assert_eq!(c.withdrawable(p1).await?, U256::ZERO, "junk was paid");
+    // The escrow slashes min(stake, minStake) to the client.
+    let slashed = U256::from(STAKE);
+    assert_eq!(U256::from(c.stake_of(p1).await?.amount), U256::ZERO);
+    let p2_paid = U256::from(STEPS * 2_000);
+    assert_eq!(c.withdrawable(addr(&s, "p2")?).await?, p2_paid);
+    assert_eq!(
+        c.withdrawable(addr(&s, "client")?).await?,
+        U256::from(BUDGET) - p2_paid + slashed
+    );
+    let accounts: Vec<Address> = ["client", "p1", "p2", "v1", "v2"]
+        .iter()
+        .map(|n| addr(&s, n))
+        .collect::<Result<_>>()?;
+    assert_conserved(&s, &accounts, &["p1", "p2"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checkpoint_of_a_fenced_epoch_gets_no_votes_and_cannot_be_accepted() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let s = setup("fenced", &[p("p1", 1_000, None), p("p2", 2_000, None)]).await?;
+    let id = submit(&s, 5_000).await?;
+    let chain = s.net.chain()?.deployer().clone();
+    poll_until("p1 past its first acceptance", JOB_TIMEOUT, async || {
+        let v = job(&chain, id).await?;
+        Ok(v.lastAcceptedStep >= 10 && v.lastAcceptedStep < STEPS)
+    })
+    .await
+    .with_context(|| logs_tail(&s))?;
+    // Frozen, p1 stops heartbeating without closing its connections: the client fences it.
+    s.net.pause("p1")?;
+    poll_until("epoch 2", Duration::from_secs(60), async || {
+        Ok(job(&chain, id).await?.epoch >= 2)
+    })
+    .await
+    .with_context(|| logs_tail(&s))?;
+    let resumed_at = SystemTime::now();
+    s.net.resume("p1")?;
+    s.net
+        .wait_event(
+            "p1",
+            after(resumed_at, is_event("fenced")),
+            Duration::from_secs(30),
+        )
+        .await
+        .with_context(|| logs_tail(&s))?;
+
+    // p1 announces a checkpoint for its fenced epoch anyway (signed with its real key).
+    let assigned = s
+        .net
+        .wait_event(
+            "client",
+            |e| is_event("chain_assigned")(e) && u64_field(e, "epoch") == Some(2),
+            Duration::from_secs(5),
+        )
+        .await?;
+    let parent = u64_field(&assigned, "start_step").context("start_step")?;
+    let step = parent + INTERVAL;
+    let key = SigningKey::from_bytes(&s.net.node("p1")?.signer().to_bytes().0)?;
+    let hashes: Vec<Hash> = (parent..=step)
+        .map(|i| Hash::from(*blake3::hash(&i.to_le_bytes()).as_bytes()))
+        .collect();
+    let checkpoint_hash = Hash::from(*blake3::hash(b"fenced epoch checkpoint").as_bytes());
+    let ann = CheckpointAnnounce {
+        job_id: id,
+        epoch: 1,
+        provider: key.address(),
+        parent_step: parent,
+        step,
+        checkpoint_hash,
+        state_root: state_root(&hashes),
+        state_hashes: hashes,
+        signature: Sig65::ZERO,
+    }
+    .sign(&key);
+    let sent_at = SystemTime::now();
+    s.net
+        .node("p1")?
+        .post(
+            "/v1/publish",
+            &json!({
+                "topic": job_topic(id),
+                "data_hex": hex_encode(&Message::CheckpointAnnounce(ann).encode()),
+            }),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let hash_text = checkpoint_hash.to_string();
+    for v in ["v1", "v2"] {
+        let touched = s
+            .net
+            .node(v)?
+            .events()?
+            .into_iter()
+            .filter(|e| after(sent_at, |_| true)(e))
+            .any(|e| {
+                field(&e, "checkpoint").and_then(Value::as_str) == Some(hash_text.as_str())
+                    || field(&e, "hash").and_then(Value::as_str) == Some(hash_text.as_str())
+            });
+        ensure!(!touched, "{v} acted on a fenced epoch's checkpoint");
+    }
+
+    // Even with both verifiers' valid signatures, the escrow refuses a fenced epoch.
+    let c = s.net.chain()?;
+    let domain = c.deployer().domain();
+    let mut sigs: Vec<(Address, Sig65)> = Vec::new();
+    for v in ["v1", "v2"] {
+        let k = SigningKey::from_bytes(&s.net.node(v)?.signer().to_bytes().0)?;
+        let fields = VoteFields {
+            job_id: id,
+            epoch: 1,
+            step,
+            checkpoint_hash,
+            accept: true,
+        };
+        sigs.push((k.address(), fields.sign(&domain, &k)));
+    }
+    sigs.sort_by_key(|(a, _)| *a);
+    let client = c.client(s.net.node("client")?.signer().clone()).await?;
+    let r = client
+        .submit(&ChainTx::AcceptCheckpoint {
+            job_id: id,
+            epoch: 1,
+            step,
+            checkpoint_hash,
+            sigs: sigs.into_iter().map(|(_, s)| s).collect(),
+        })
+        .await;
+    match r {
+        Ok(_) => bail!("the escrow accepted a checkpoint of a fenced epoch"),
+        Err(e) => ensure!(e.revert_name().is_some(), "not a contract refusal: {e}"),
+    }
+
+    wait_completed(&s, id).await?;
+    let v = job(&chain, id).await?;
+    ensure!(
+        v.lastCheckpointHash != checkpoint_hash,
+        "fenced checkpoint on chain"
+    );
+    let p1_paid = c.withdrawable(addr(&s, "p1")?).await?;
+    ensure!(
+        p1_paid == U256::from(parent * 1_000),
+        "p1 paid {p1_paid} for {parent} accepted steps"
+    );
+    Ok(())
+}
+
+fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
