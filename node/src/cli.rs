@@ -41,17 +41,11 @@ pub enum Command {
     Provider(crate::commands::ProviderCommand),
     /// Withdraw what the escrow credited to this node's key (payouts, refunds).
     Withdraw(crate::commands::WithdrawArgs),
-    /// Start a local multi-node testnet on anvil (not built yet).
-    Testnet(NotBuilt),
+    /// Run a local network of this binary on anvil: the 4 Nov demo, or a network to use.
+    #[command(subcommand)]
+    Testnet(crate::testnet_cmd::TestnetCommand),
     /// Run the deterministic discrete-event simulator over the protocol state machines.
     Sim(gpuchain_sim::cli::SimCommand),
-}
-
-/// Accepts any arguments so that the command can say plainly that it does not exist yet.
-#[derive(Debug, Args)]
-pub struct NotBuilt {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    pub rest: Vec<String>,
 }
 
 #[derive(Debug, Args, Default)]

@@ -16,6 +16,7 @@ pub mod node;
 pub mod roles;
 pub mod scoring;
 pub mod state;
+pub mod testnet_cmd;
 pub mod topics;
 pub mod validation;
 pub mod wire;

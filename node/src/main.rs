@@ -7,22 +7,14 @@ use gpuchain_node::config::NodeConfig;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     gpuchain_node::logging::init(cli.log_format);
-    let name = match cli.command {
-        Command::Node(args) => return run_node(&args),
-        Command::Job(cmd) => return report("job", gpuchain_node::commands::run_job(cmd)),
-        Command::Provider(cmd) => {
-            return report("provider", gpuchain_node::commands::run_provider(cmd));
-        }
-        Command::Withdraw(args) => {
-            return report("withdraw", gpuchain_node::commands::run_withdraw(args));
-        }
-        Command::Testnet(_) => "testnet",
-        Command::Sim(cmd) => return run_sim(cmd),
-    };
-    eprintln!(
-        "gpuchain {name}: not built yet (only `gpuchain node` and `gpuchain sim` exist so far)"
-    );
-    ExitCode::from(2)
+    match cli.command {
+        Command::Node(args) => run_node(&args),
+        Command::Job(cmd) => report("job", gpuchain_node::commands::run_job(cmd)),
+        Command::Provider(cmd) => report("provider", gpuchain_node::commands::run_provider(cmd)),
+        Command::Withdraw(args) => report("withdraw", gpuchain_node::commands::run_withdraw(args)),
+        Command::Testnet(cmd) => report("testnet", gpuchain_node::testnet_cmd::run(cmd)),
+        Command::Sim(cmd) => run_sim(cmd),
+    }
 }
 
 fn report(name: &str, result: anyhow::Result<()>) -> ExitCode {

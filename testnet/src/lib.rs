@@ -14,6 +14,7 @@
 //! ```
 
 mod chain;
+pub mod demo;
 pub mod events;
 mod http;
 mod node;

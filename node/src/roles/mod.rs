@@ -359,7 +359,7 @@ impl RoleRuntime {
                     loss,
                 } = &input
                 {
-                    tracing::debug!(target: "gpuchain::event", event = "step", job_id = %job_id, epoch, step, loss);
+                    tracing::info!(target: "gpuchain::event", event = "step", job_id = %job_id, epoch, step, loss, "step");
                 }
                 self.each(|m| m.handle_input(now, input.clone()));
             }

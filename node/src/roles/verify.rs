@@ -144,34 +144,36 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
             Ok(c) => c,
             Err(e) => return Ok(fail(format!("unreadable checkpoint: {e}"))),
         };
+        // Scored even when it fails the commitment check, so the refusal can say how bad
+        // the substitute was.
         let state = ckpt.state.hash()?;
+        let mut refusals: Vec<String> = Vec::new();
         if committed != Some(Hash::from(state.0)) {
-            return Ok(fail(
-                "the checkpoint is not the state its announce committed to".into(),
-            ));
+            refusals.push("the checkpoint is not the state its announce committed to".into());
         }
         if ckpt.meta.step != step {
-            return Ok(fail(format!(
+            refusals.push(format!(
                 "the checkpoint is of step {}, announced as {step}",
                 ckpt.meta.step
-            )));
+            ));
         }
         let v = quality_test(&job, &candidate, previous.as_deref())?;
         // The spec's accuracy floor applies only once `after_step` is passed: early
         // checkpoints of an honest run are below it.
-        let reasons: Vec<&Reason> = v
-            .reasons
-            .iter()
-            .filter(|r| !(step < after_step && matches!(r, Reason::BelowMinAccuracy { .. })))
-            .collect();
+        refusals.extend(
+            v.reasons
+                .iter()
+                .filter(|r| !(step < after_step && matches!(r, Reason::BelowMinAccuracy { .. })))
+                .map(|r| format!("{r:?}")),
+        );
         let cand = v.candidate.as_ref();
         Ok((
             QualityReport {
-                pass: reasons.is_empty() && (v.accepted || !v.reasons.is_empty()),
+                pass: refusals.is_empty() && (v.accepted || !v.reasons.is_empty()),
                 accuracy: cand.map_or(f64::NAN, |e| e.accuracy),
                 loss: cand.map_or(f64::NAN, |e| e.loss),
             },
-            format!("{reasons:?}"),
+            refusals.join("; "),
             v.previous.as_ref().map(|e| e.accuracy),
         ))
     })

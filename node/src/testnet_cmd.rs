@@ -1,0 +1,151 @@
+//! `gpuchain testnet`: a local network of this same binary on anvil, for newcomers (`demo`)
+//! and researchers (`up`). Everything runs in a run folder (logs per node, the run record);
+//! every process is stopped on exit, Ctrl-C or failure.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use clap::{Args, Subcommand};
+use gpuchain_testnet::{ChainOpts, NodeSpec, Testnet, U256, USDC, demo};
+
+#[derive(Debug, Subcommand)]
+pub enum TestnetCommand {
+    /// Replay the product page's 4 Nov run and print what was measured.
+    Demo(DemoArgs),
+    /// Start a long-lived local network (anvil, a client, verifiers, providers) until Ctrl-C.
+    Up(UpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Folder for node logs and the run record. Default: a new folder under the system's
+    /// temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+    /// Print the figures as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+    /// Providers to start (each staked, prices 0.001, 0.002, …).
+    #[arg(long, default_value_t = 3)]
+    pub providers: usize,
+    /// Verifiers to start.
+    #[arg(long, default_value_t = 2)]
+    pub verifiers: usize,
+}
+
+fn run_dir(given: Option<PathBuf>, kind: &str) -> Result<PathBuf> {
+    let dir = match given {
+        Some(d) => d,
+        None => {
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            std::env::temp_dir().join(format!("gpuchain-{kind}-{stamp}-{}", std::process::id()))
+        }
+    };
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the run folder {}", dir.display()))?;
+    Ok(dir)
+}
+
+pub fn run(cmd: TestnetCommand) -> Result<()> {
+    let binary = std::env::current_exe()
+        .map_err(|e| anyhow!("cannot find this program's own path to start nodes: {e}"))?;
+    let rt = tokio::runtime::Runtime::new()
+        .map_err(|e| anyhow!("cannot start the async runtime: {e}"))?;
+    rt.block_on(async move {
+        match cmd {
+            TestnetCommand::Demo(a) => {
+                let dir = run_dir(a.run_dir, "demo")?;
+                eprintln!("[demo] run folder: {}", dir.display());
+                let report = tokio::select! {
+                    r = demo::run(&dir, &binary) => r?,
+                    _ = tokio::signal::ctrl_c() => {
+                        return Err(anyhow!("interrupted; every node was stopped (logs in {})", dir.display()));
+                    }
+                };
+                if a.json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", report.table());
+                }
+                Ok(())
+            }
+            TestnetCommand::Up(a) => up(a, &binary).await,
+        }
+    })
+}
+
+async fn up(a: UpArgs, binary: &std::path::Path) -> Result<()> {
+    let dir = run_dir(a.run_dir, "testnet")?;
+    let mut net = Testnet::with_new_chain(&dir, binary, ChainOpts::default()).await?;
+    let chain = net.chain()?;
+    let (rpc, escrow, token) = (
+        chain.rpc_url().to_string(),
+        chain.escrow().to_string(),
+        chain.usdc().to_string(),
+    );
+    let node = |name: &str, role: &str| {
+        NodeSpec::new(name)
+            .role(role)
+            .on_chain()
+            .arg("--token")
+            .arg(token.clone())
+    };
+    net.spawn(node("client", "client")).await?;
+    let mut verifiers = Vec::new();
+    for i in 1..=a.verifiers {
+        let name = format!("verifier-{i}");
+        net.spawn(node(&name, "verifier")).await?;
+        verifiers.push(net.node(&name)?.eth_address().to_string());
+    }
+    for i in 1..=a.providers {
+        let name = format!("provider-{i}");
+        net.spawn(
+            node(&name, "provider")
+                .arg("--price-per-step")
+                .arg(format!("0.{:06}", 1_000 * i)),
+        )
+        .await?;
+        let signer = net.node(&name)?.signer().clone();
+        net.chain()?
+            .client(signer)
+            .await?
+            .register(U256::from(100 * USDC))
+            .await?;
+    }
+    let client = net.node("client")?;
+    println!(
+        "gpuchain local testnet is up (Ctrl-C stops everything). Run folder: {}",
+        dir.display()
+    );
+    println!("  chain      {rpc}  escrow {escrow}  test USDC {token}");
+    println!("  bootstrap  {}", client.listen_addr());
+    println!("  client     data dir {}", client.data_dir().display());
+    println!("\nSubmit a job (any job file; `testnet/scenarios/` has examples):\n");
+    println!(
+        "  {} job submit --data-dir {} --spec job.toml --budget 5 --max-price 0.003 --verifiers {} --quorum {}",
+        binary.display(),
+        client.data_dir().display(),
+        verifiers.join(","),
+        verifiers.len().min(2)
+    );
+    println!(
+        "  {} job status <id> --rpc-url {rpc} --escrow {escrow}",
+        binary.display()
+    );
+    tokio::signal::ctrl_c().await?;
+    eprintln!("stopping…");
+    net.stop_all().await;
+    drop(net);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(())
+}

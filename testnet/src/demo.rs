@@ -1,0 +1,422 @@
+//! The product page's 4 Nov run on a local network: fashion-cnn, 400 steps, a 5 USDC budget,
+//! two independent verifiers; provider A is killed with kill -9 mid-interval, provider P
+//! returns junk and is refused, provider B finishes. Every figure printed is measured: times
+//! from the nodes' event logs, balances from the chain. The whole run is kept as a record
+//! (JSON lines, every node's events in time order) in the run folder.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::events::{after, event_time, field, is_event};
+use crate::{ChainOpts, NodeSpec, Testnet, U256, USDC, poll_until};
+
+pub const TOTAL_STEPS: u64 = 400;
+pub const INTERVAL: u64 = 50;
+/// The product page kills A at step 158.
+pub const KILL_AT_STEP: u64 = 158;
+pub const BUDGET: u64 = 5 * USDC;
+pub const STAKE: u64 = 100 * USDC;
+/// Per-step prices: A cheapest, then P, then B (so P is tried before B).
+pub const PRICE_A: u64 = 1_000;
+pub const PRICE_P: u64 = 2_000;
+pub const PRICE_B: u64 = 3_000;
+const JOB_TIMEOUT: Duration = Duration::from_secs(1800);
+
+const JOB_FILE: &str = r#"# The 4 Nov demo job (gpuchain testnet demo).
+model = "fashion-cnn"
+total_steps = 400
+checkpoint_interval = 50
+eval_examples = 2000
+"#;
+
+/// What the demo measured; `gpuchain testnet demo --json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoReport {
+    pub run_dir: PathBuf,
+    pub job_id: String,
+    pub killed_at_step: u64,
+    pub last_accepted_before_kill: u64,
+    pub steps_lost: u64,
+    pub detect_ms: u64,
+    /// kill -9 → the next provider (P) finished its first step.
+    pub training_again_ms: u64,
+    /// kill -9 → an honest provider (B) finished its first step, P's junk refused on the way.
+    pub honest_training_again_ms: u64,
+    /// Of that: from P's junk announce to the escrow's rejection (fetch, quality test,
+    /// spot check, votes, the reject transaction).
+    pub verifying_junk_ms: u64,
+    pub junk_accuracy: Option<f64>,
+    pub previous_accuracy: Option<f64>,
+    pub final_accuracy: Option<f64>,
+    pub eval_examples: u64,
+    pub paid_a: String,
+    pub paid_p: String,
+    pub paid_b: String,
+    pub refunded: String,
+    pub slashed_p: String,
+    pub budget: String,
+    /// paid + refunded == budget, from the chain.
+    pub conserved: bool,
+    pub wall_secs: u64,
+}
+
+/// Base units → USDC with at least two decimals (`0.15`, `4.10`, `100.00`).
+pub fn usdc(v: U256) -> String {
+    let s = format!("{v:0>7}");
+    let (int, frac) = s.split_at(s.len() - 6);
+    let mut frac = frac.trim_end_matches('0').to_string();
+    while frac.len() < 2 {
+        frac.push('0');
+    }
+    format!("{int}.{frac}")
+}
+
+fn ms_between(a: SystemTime, b: SystemTime) -> u64 {
+    b.duration_since(a).unwrap_or_default().as_millis() as u64
+}
+
+fn u64_of(e: &Value, key: &str) -> Option<u64> {
+    field(e, key).and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
+}
+
+fn f64_of(e: &Value, key: &str) -> Option<f64> {
+    field(e, key).and_then(Value::as_f64)
+}
+
+fn progress(msg: &str) {
+    eprintln!("[demo] {msg}");
+}
+
+/// Runs the demo in `run_dir` with the given `gpuchain` binary.
+pub async fn run(run_dir: &Path, binary: &Path) -> Result<DemoReport> {
+    let started = Instant::now();
+    std::fs::create_dir_all(run_dir)
+        .with_context(|| format!("cannot create the run folder {}", run_dir.display()))?;
+    progress("starting anvil and deploying JobEscrow + test USDC");
+    let mut net = Testnet::with_new_chain(run_dir, binary, ChainOpts::default()).await?;
+    let result = drive(&mut net, run_dir, started).await;
+    if let Err(e) = write_record(&net, run_dir) {
+        progress(&format!("could not write the run record: {e:#}"));
+    }
+    net.stop_all().await;
+    result
+}
+
+async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<DemoReport> {
+    let token = net.chain()?.usdc().to_string();
+    let node = |name: &str, role: &str| {
+        NodeSpec::new(name)
+            .role(role)
+            .on_chain()
+            .arg("--token")
+            .arg(token.clone())
+    };
+    progress("starting the client, two verifiers and providers A, P (junk) and B");
+    net.spawn(node("client", "client")).await?;
+    net.spawn(node("verifier-1", "verifier")).await?;
+    net.spawn(node("verifier-2", "verifier")).await?;
+    for (name, price, fault) in [
+        ("A", PRICE_A, None),
+        ("P", PRICE_P, Some("junk")),
+        ("B", PRICE_B, None),
+    ] {
+        let mut spec = node(name, "provider")
+            .arg("--price-per-step")
+            .arg(format!("0.{price:06}"));
+        if let Some(f) = fault {
+            spec = spec.arg("--fault").arg(f);
+        }
+        net.spawn(spec).await?;
+        let signer = net.node(name)?.signer().clone();
+        net.chain()?
+            .client(signer)
+            .await?
+            .register(U256::from(STAKE))
+            .await?;
+    }
+    let client = net.node("client")?;
+    poll_until("the mesh", Duration::from_secs(30), async || {
+        Ok(client.connected_peers().await? >= 5)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let job_file = run_dir.join("job.toml");
+    std::fs::write(&job_file, JOB_FILE)?;
+    let verifiers = [
+        net.node("verifier-1")?.eth_address(),
+        net.node("verifier-2")?.eth_address(),
+    ];
+    progress("submitting the job: 400 steps, checkpoint every 50, budget 5 USDC, quorum 2");
+    let (status, reply) = client
+        .request(
+            "POST",
+            "/v1/jobs",
+            Some(&json!({
+                "spec_path": std::path::absolute(&job_file)?,
+                "budget": U256::from(BUDGET),
+                "max_price_per_step": U256::from(PRICE_B),
+                "verifiers": verifiers,
+                "quorum": 2,
+                "deadline_secs": 3600,
+                "grace_secs": 600,
+            })),
+        )
+        .await?;
+    ensure!(status == 200, "job submission failed: {reply}");
+    let job_id = reply["job_id"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| reply["job_id"].to_string());
+    let job_num = U256::from_str_radix(job_id.trim_start_matches("0x"), 16)
+        .or_else(|_| job_id.parse())
+        .with_context(|| format!("job id {job_id}"))?;
+    let job_path = format!("/v1/jobs/{job_num}");
+
+    // Kill A once it has trained past step 158 (mid-interval, 150 accepted).
+    let mut last_print = Instant::now();
+    let mut killed: Option<(SystemTime, u64, u64)> = None;
+    poll_until("A to reach step 158", JOB_TIMEOUT, async || {
+        let view = client.get(&job_path).await?;
+        let reported = view["last_reported_step"].as_u64().unwrap_or(0);
+        let accepted = view["last_accepted"].as_u64().unwrap_or(0);
+        if last_print.elapsed() > Duration::from_secs(5) {
+            last_print = Instant::now();
+            progress(&format!(
+                "A training: step {reported}/{TOTAL_STEPS}, {accepted} accepted"
+            ));
+        }
+        if reported >= KILL_AT_STEP {
+            if reported >= KILL_AT_STEP + INTERVAL / 2 || accepted < KILL_AT_STEP / INTERVAL * INTERVAL {
+                bail!("A ran past the kill point before it could be killed (step {reported}, accepted {accepted})");
+            }
+            killed = Some((SystemTime::now(), reported, accepted));
+            return Ok(true);
+        }
+        Ok(false)
+    })
+    .await?;
+    let kill_time = net.kill9("A")?;
+    let (_, reported, accepted) = killed.context("kill point")?;
+    progress(&format!(
+        "kill -9 of provider A at step {reported} ({accepted} accepted)"
+    ));
+
+    let chain = net.chain()?.deployer().clone();
+    let mut last_print = Instant::now();
+    poll_until("the job to complete", JOB_TIMEOUT, async || {
+        let v = chain.job(job_num).await?;
+        if v.status == 4 {
+            bail!("the job expired");
+        }
+        if last_print.elapsed() > Duration::from_secs(5) {
+            last_print = Instant::now();
+            let view = client.get(&job_path).await.unwrap_or(Value::Null);
+            progress(&format!(
+                "epoch {}: step {}/{TOTAL_STEPS}, {} accepted",
+                v.epoch, view["last_reported_step"], v.lastAcceptedStep
+            ));
+        }
+        Ok(v.status == 3)
+    })
+    .await?;
+    progress("job complete; reading the figures from the logs and the chain");
+
+    let wait = Duration::from_secs(10);
+    // The record is read from the logs: let the client's follower log the final block first.
+    net.wait_event("client", is_event("chain_completed"), wait)
+        .await?;
+    let lost = net
+        .wait_event("client", after(kill_time, is_event("provider_lost")), wait)
+        .await?;
+    let p_first = net
+        .wait_event("P", after(kill_time, is_event("first_step")), wait)
+        .await?;
+    let b_first = net
+        .wait_event("B", after(kill_time, is_event("first_step")), wait)
+        .await?;
+    let junk_announce = net
+        .wait_event("P", is_event("checkpoint_announced"), wait)
+        .await?;
+    let rejected = net
+        .wait_event("client", is_event("chain_rejected"), wait)
+        .await?;
+    let junk_hash = field(&junk_announce, "checkpoint").cloned();
+    let junk_quality = net
+        .wait_event(
+            "verifier-1",
+            |e| is_event("quality_test")(e) && field(e, "checkpoint") == junk_hash.as_ref(),
+            wait,
+        )
+        .await?;
+    let final_quality = net
+        .wait_event(
+            "verifier-1",
+            |e| {
+                is_event("quality_test")(e)
+                    && u64_of(e, "step") == Some(TOTAL_STEPS)
+                    && field(e, "pass").and_then(Value::as_bool) == Some(true)
+            },
+            wait,
+        )
+        .await?;
+    let t = |e: &Value| event_time(e).context("event without a timestamp");
+
+    let c = net.chain()?;
+    let addr = |n: &str| net.node(n).map(crate::NodeProc::eth_address);
+    let paid_a = c.withdrawable(addr("A")?).await?;
+    let paid_p = c.withdrawable(addr("P")?).await?;
+    let paid_b = c.withdrawable(addr("B")?).await?;
+    let client_credit = c.withdrawable(addr("client")?).await?;
+    let p_stake = U256::from(c.stake_of(addr("P")?).await?.amount);
+    let slashed = U256::from(STAKE).saturating_sub(p_stake);
+    let refunded = client_credit.saturating_sub(slashed);
+    let budget = U256::from(BUDGET);
+    let conserved = paid_a + paid_p + paid_b + refunded == budget;
+
+    Ok(DemoReport {
+        run_dir: run_dir.to_path_buf(),
+        job_id: job_num.to_string(),
+        killed_at_step: reported,
+        last_accepted_before_kill: accepted,
+        steps_lost: reported.saturating_sub(accepted),
+        detect_ms: ms_between(kill_time, t(&lost)?),
+        training_again_ms: ms_between(kill_time, t(&p_first)?),
+        honest_training_again_ms: ms_between(kill_time, t(&b_first)?),
+        verifying_junk_ms: ms_between(t(&junk_announce)?, t(&rejected)?),
+        junk_accuracy: f64_of(&junk_quality, "accuracy"),
+        previous_accuracy: f64_of(&junk_quality, "previous_accuracy"),
+        final_accuracy: f64_of(&final_quality, "accuracy"),
+        eval_examples: 2000,
+        paid_a: usdc(paid_a),
+        paid_p: usdc(paid_p),
+        paid_b: usdc(paid_b),
+        refunded: usdc(refunded),
+        slashed_p: usdc(slashed),
+        budget: usdc(budget),
+        conserved,
+        wall_secs: started.elapsed().as_secs(),
+    })
+}
+
+impl DemoReport {
+    /// The table the demo prints.
+    pub fn table(&self) -> String {
+        let pct = |v: Option<f64>| v.map_or("n/a".into(), |a| format!("{:.1} %", a * 100.0));
+        let rows = [
+            (
+                "time to notice provider A stopped",
+                format!("{} ms", self.detect_ms),
+            ),
+            (
+                "time until training again elsewhere (P)",
+                format!("{} ms", self.training_again_ms),
+            ),
+            (
+                "  … on an honest provider (B), after P's junk",
+                format!(
+                    "{} ms, of which verifying and refusing the junk {} ms",
+                    self.honest_training_again_ms, self.verifying_junk_ms
+                ),
+            ),
+            (
+                "steps lost",
+                format!(
+                    "{} of {TOTAL_STEPS} (A killed at step {}, {} accepted)",
+                    self.steps_lost, self.killed_at_step, self.last_accepted_before_kill
+                ),
+            ),
+            (
+                "junk checkpoint accuracy",
+                format!(
+                    "{} (previous accepted: {}) → refused by both verifiers",
+                    pct(self.junk_accuracy),
+                    pct(self.previous_accuracy)
+                ),
+            ),
+            (
+                "final accuracy",
+                format!(
+                    "{} on {} test examples",
+                    pct(self.final_accuracy),
+                    self.eval_examples
+                ),
+            ),
+            ("paid to A", format!("{} USDC", self.paid_a)),
+            (
+                "paid to P (junk)",
+                format!(
+                    "{} USDC, stake slashed {} USDC",
+                    self.paid_p, self.slashed_p
+                ),
+            ),
+            ("paid to B", format!("{} USDC", self.paid_b)),
+            (
+                "refunded to the client",
+                format!("{} USDC of {} USDC", self.refunded, self.budget),
+            ),
+        ];
+        let width = rows
+            .iter()
+            .map(|(k, _)| k.chars().count())
+            .max()
+            .unwrap_or(0);
+        let mut out = String::from(
+            "gpuchain demo: the 4 Nov run, measured (balances read from the chain)\n\n",
+        );
+        for (k, v) in rows {
+            out.push_str(&format!("  {k:<width$}  {v}\n"));
+        }
+        out.push_str(&format!(
+            "\n  paid + refunded == budget: {}   wall time {} s   run record: {}\n",
+            if self.conserved { "yes" } else { "NO" },
+            self.wall_secs,
+            self.run_dir.join("record.jsonl").display()
+        ));
+        out
+    }
+}
+
+/// Merges every node's events into one time-ordered JSON-lines record.
+pub fn write_record(net: &Testnet, run_dir: &Path) -> Result<PathBuf> {
+    let mut all: Vec<(u64, Value)> = Vec::new();
+    for n in net.nodes() {
+        for mut e in n.events()? {
+            if field(&e, "event").is_none() {
+                continue;
+            }
+            let at = crate::event_micros(&e).unwrap_or(0);
+            if let Some(obj) = e.as_object_mut() {
+                obj.insert("node".into(), Value::String(n.name().to_string()));
+            }
+            all.push((at, e));
+        }
+    }
+    all.sort_by_key(|(at, _)| *at);
+    let path = run_dir.join("record.jsonl");
+    let mut text = String::new();
+    for (_, e) in all {
+        text.push_str(&e.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usdc_keeps_cents_and_every_significant_digit() {
+        assert_eq!(usdc(U256::from(150_000u64)), "0.15");
+        assert_eq!(usdc(U256::from(4_100_000u64)), "4.10");
+        assert_eq!(usdc(U256::from(100_000_000u64)), "100.00");
+        assert_eq!(usdc(U256::from(2_500u64)), "0.0025");
+        assert_eq!(usdc(U256::ZERO), "0.00");
+    }
+}
