@@ -15,6 +15,19 @@ pub enum TestnetCommand {
     Demo(DemoArgs),
     /// Start a long-lived local network (anvil, a client, verifiers, providers) until Ctrl-C.
     Up(UpArgs),
+    /// Play a scenario file (nodes, job, faults at a step or a time; see testnet/scenarios/).
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The scenario (TOML).
+    pub scenario: PathBuf,
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -80,6 +93,24 @@ pub fn run(cmd: TestnetCommand) -> Result<()> {
                 Ok(())
             }
             TestnetCommand::Up(a) => up(a, &binary).await,
+            TestnetCommand::Run(a) => {
+                // Check the file before starting anything: a typo costs nothing.
+                gpuchain_testnet::scenario::Scenario::load(&a.scenario)?;
+                let dir = run_dir(a.run_dir, "scenario")?;
+                eprintln!("[scenario] run folder: {}", dir.display());
+                let report = tokio::select! {
+                    r = gpuchain_testnet::scenario::run(&a.scenario, &dir, &binary) => r?,
+                    _ = tokio::signal::ctrl_c() => {
+                        return Err(anyhow!("interrupted; every node was stopped (logs in {})", dir.display()));
+                    }
+                };
+                if a.json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", report.text());
+                }
+                Ok(())
+            }
         }
     })
 }

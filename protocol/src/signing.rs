@@ -115,8 +115,39 @@ impl SigningKey {
     }
 }
 
+/// Recoveries remembered per thread. In the node one gossip message is checked by the
+/// validator and again by each role machine; in the simulator by every receiver. Recovery is
+/// ~50× the cost of a lookup and a pure function of its inputs, so memoizing it changes no
+/// result (and keeps runs deterministic).
+const RECOVERY_CACHE: usize = 8192;
+
+type RecoveryKey = (B256, [u8; 65]);
+
+std::thread_local! {
+    static RECOVERED: std::cell::RefCell<std::collections::HashMap<RecoveryKey, Result<Address, SignatureError>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
 /// Recovers the signer of `digest`, refusing what JobEscrow refuses (v ∉ {27, 28}, high s).
 pub fn recover_signer(digest: &B256, sig: &Sig65) -> Result<Address, SignatureError> {
+    let key = (*digest, sig.0);
+    if let Some(hit) = RECOVERED.with(|c| c.borrow().get(&key).cloned()) {
+        return hit;
+    }
+    let result = recover_uncached(digest, sig);
+    RECOVERED.with(|c| {
+        let mut c = c.borrow_mut();
+        // Forgetting everything at once is crude but bounded and cheap; hot messages
+        // (the ones many receivers check) come straight back.
+        if c.len() >= RECOVERY_CACHE {
+            c.clear();
+        }
+        c.insert(key, result.clone());
+    });
+    result
+}
+
+fn recover_uncached(digest: &B256, sig: &Sig65) -> Result<Address, SignatureError> {
     let v = sig.0[64];
     if v != 27 && v != 28 {
         return Err(SignatureError::BadV);
@@ -143,6 +174,31 @@ pub fn gossip_digest<T: Serialize>(kind: &str, body: &T) -> B256 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_recovery_answers_exactly_as_uncached_recovery() {
+        let key = SigningKey::from_seed(11);
+        let digest = keccak256(b"cached");
+        let good = key.sign_digest(&digest);
+        let mut bad_v = good;
+        bad_v.0[64] = 29;
+        let mut flipped = good;
+        flipped.0[5] ^= 1;
+        for sig in [good, bad_v, flipped] {
+            let first = recover_signer(&digest, &sig);
+            // The second call is answered from the cache.
+            assert_eq!(recover_signer(&digest, &sig), first);
+            assert_eq!(first, recover_uncached(&digest, &sig));
+        }
+        assert_eq!(recover_signer(&digest, &good), Ok(key.address()));
+        assert_eq!(recover_signer(&digest, &bad_v), Err(SignatureError::BadV));
+        // Past the bound the cache starts over and still answers correctly.
+        for i in 0..(RECOVERY_CACHE as u64 + 10) {
+            let d = keccak256(i.to_le_bytes());
+            let _ = recover_signer(&d, &good);
+        }
+        assert_eq!(recover_signer(&digest, &good), Ok(key.address()));
+    }
 
     #[test]
     fn sign_then_recover_round_trips() {

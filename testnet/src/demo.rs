@@ -99,7 +99,7 @@ pub async fn run(run_dir: &Path, binary: &Path) -> Result<DemoReport> {
     progress("starting anvil and deploying JobEscrow + test USDC");
     let mut net = Testnet::with_new_chain(run_dir, binary, ChainOpts::default()).await?;
     let result = drive(&mut net, run_dir, started).await;
-    if let Err(e) = write_record(&net, run_dir) {
+    if let Err(e) = write_record(&net, run_dir, &[]) {
         progress(&format!("could not write the run record: {e:#}"));
     }
     net.stop_all().await;
@@ -381,9 +381,13 @@ impl DemoReport {
     }
 }
 
-/// Merges every node's events into one time-ordered JSON-lines record.
-pub fn write_record(net: &Testnet, run_dir: &Path) -> Result<PathBuf> {
-    let mut all: Vec<(u64, Value)> = Vec::new();
+/// Merges every node's events (and the harness's own, e.g. faults it fired, each with a
+/// `timestamp_us`) into one time-ordered JSON-lines record.
+pub fn write_record(net: &Testnet, run_dir: &Path, extra: &[Value]) -> Result<PathBuf> {
+    let mut all: Vec<(u64, Value)> = extra
+        .iter()
+        .map(|e| (e["timestamp_us"].as_u64().unwrap_or(0), e.clone()))
+        .collect();
     for n in net.nodes() {
         for mut e in n.events()? {
             if field(&e, "event").is_none() {

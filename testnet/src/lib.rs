@@ -19,6 +19,7 @@ pub mod events;
 mod http;
 mod node;
 mod process;
+pub mod scenario;
 mod testnet;
 
 pub use chain::{Chain, ChainOpts, ETH, USDC};

@@ -1,0 +1,108 @@
+//! Scenario files: every shipped one is valid, a broken one is refused with the field named,
+//! and one is played end to end (a verifier going offline mid-job).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, ensure};
+use gpuchain_testnet::binary;
+use gpuchain_testnet::scenario::{self, Scenario};
+
+fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testnet/scenarios")
+}
+
+#[test]
+fn shipped_scenarios_are_valid() -> Result<()> {
+    let mut n = 0;
+    for entry in std::fs::read_dir(scenarios_dir())? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let s = Scenario::load(&path)?;
+            ensure!(
+                path.parent().is_some_and(|d| d.join(&s.job.file).is_file()),
+                "{}: job file missing",
+                path.display()
+            );
+            n += 1;
+        }
+    }
+    ensure!(n >= 4, "only {n} scenarios");
+    Ok(())
+}
+
+#[test]
+fn broken_scenarios_name_the_field() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("gpuchain-bad-scenarios-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let base = std::fs::read_to_string(scenarios_dir().join("verifier-offline.toml"))?;
+    let cases = [
+        (
+            base.replace("node = \"v3\"", "node = \"v9\""),
+            "fault[0].node",
+        ),
+        (base.replace("quorum = 2", "quorum = 4"), "job.quorum"),
+        (
+            base.replace("role = \"provider\"", "role = \"miner\""),
+            "role",
+        ),
+        (
+            base.replace("action = \"stop\"", "action = \"explode\""),
+            "explode",
+        ),
+        (
+            base.replace("at_step = 15", "at_step = 15\nat_secs = 3"),
+            "fault[0]",
+        ),
+        (
+            base.replace("price = \"0.001\"", "price = \"0.001\"\nfault = \"lies\""),
+            "fault",
+        ),
+        (format!("{base}\ncolour = \"red\"\n"), "colour"),
+    ];
+    for (i, (text, field)) in cases.iter().enumerate() {
+        let path = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&path, text)?;
+        let err = Scenario::load(&path).expect_err("broken scenario accepted");
+        let msg = format!("{err:#}");
+        ensure!(
+            msg.contains(field),
+            "case {i}: {msg:?} does not name {field}"
+        );
+        ensure!(
+            msg.contains(&path.display().to_string()),
+            "case {i}: no file name in {msg}"
+        );
+    }
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_verifier_going_offline_does_not_stop_a_quorum_of_two() -> Result<()> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scenario-verifier-offline");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    let report = scenario::run(
+        &scenarios_dir().join("verifier-offline.toml"),
+        &dir,
+        &binary()?,
+    )
+    .await?;
+    println!("{}", report.text());
+    ensure!(report.outcome == "completed", "{}", report.text());
+    ensure!(report.last_accepted_step == 40);
+    ensure!(report.faults_fired.len() == 1, "{:?}", report.faults_fired);
+    let paid = report
+        .withdrawable
+        .iter()
+        .find(|(n, _)| n == "p1")
+        .map(|(_, w)| w.as_str());
+    ensure!(paid == Some("0.04"), "p1 earned {paid:?}");
+    let record = std::fs::read_to_string(dir.join("record.jsonl"))?;
+    ensure!(
+        record.contains("\"scenario_fault\""),
+        "the fault is not in the record"
+    );
+    Ok(())
+}
