@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand};
-use gpuchain_testnet::{ChainOpts, NodeSpec, Testnet, U256, USDC, demo};
+use gpuchain_testnet::{ChainOpts, Testnet, U256, USDC, demo};
 
 #[derive(Debug, Subcommand)]
 pub enum TestnetCommand {
@@ -124,34 +124,23 @@ async fn up(a: UpArgs, binary: &std::path::Path) -> Result<()> {
         chain.escrow().to_string(),
         chain.usdc().to_string(),
     );
-    let node = |name: &str, role: &str| {
-        NodeSpec::new(name)
-            .role(role)
-            .on_chain()
-            .arg("--token")
-            .arg(token.clone())
-    };
-    net.spawn(node("client", "client")).await?;
+    let spec = net.role_spec("client", "client")?;
+    net.spawn(spec).await?;
     let mut verifiers = Vec::new();
     for i in 1..=a.verifiers {
         let name = format!("verifier-{i}");
-        net.spawn(node(&name, "verifier")).await?;
+        let spec = net.role_spec(&name, "verifier")?;
+        net.spawn(spec).await?;
         verifiers.push(net.node(&name)?.eth_address().to_string());
     }
     for i in 1..=a.providers {
         let name = format!("provider-{i}");
-        net.spawn(
-            node(&name, "provider")
-                .arg("--price-per-step")
-                .arg(format!("0.{:06}", 1_000 * i)),
-        )
-        .await?;
-        let signer = net.node(&name)?.signer().clone();
-        net.chain()?
-            .client(signer)
-            .await?
-            .register(U256::from(100 * USDC))
-            .await?;
+        let spec = net
+            .role_spec(&name, "provider")?
+            .arg("--price-per-step")
+            .arg(format!("0.{:06}", 1_000 * i));
+        net.spawn(spec).await?;
+        net.stake(&name, U256::from(100 * USDC)).await?;
     }
     let client = net.node("client")?;
     println!(

@@ -75,7 +75,7 @@ fn main() {
                 let (s, v) = (c.signatures(), c.recoveries());
                 let crypto = (s as f64 * sign + v as f64 * recover) / 1e6;
                 println!(
-                    "  signatures: {s} made, {v} recovered; here one costs {sign:.0} µs to make and {recover:.0} µs to recover, ≈ {crypto:.1} s of the {wall:.1} s ({:.0} %)",
+                    "  signatures: {s} made, {v} recovery requests; one costs {sign:.0} µs to make and {recover:.0} µs to recover, so without the recovery memo ≈ {crypto:.1} s ({:.0} % of this run's wall time)",
                     crypto / wall * 100.0
                 );
                 println!("  made: {:?}\n  recovered: {:?}", c.signed, c.recovered);

@@ -7,12 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::events::{after, event_time, field, is_event};
-use crate::{ChainOpts, NodeSpec, Testnet, U256, USDC, poll_until};
+use crate::{ChainOpts, JobSubmission, Testnet, U256, USDC, poll_until};
 
 pub const TOTAL_STEPS: u64 = 400;
 pub const INTERVAL: u64 = 50;
@@ -107,36 +107,29 @@ pub async fn run(run_dir: &Path, binary: &Path) -> Result<DemoReport> {
 }
 
 async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<DemoReport> {
-    let token = net.chain()?.usdc().to_string();
-    let node = |name: &str, role: &str| {
-        NodeSpec::new(name)
-            .role(role)
-            .on_chain()
-            .arg("--token")
-            .arg(token.clone())
-    };
     progress("starting the client, two verifiers and providers A, P (junk) and B");
-    net.spawn(node("client", "client")).await?;
-    net.spawn(node("verifier-1", "verifier")).await?;
-    net.spawn(node("verifier-2", "verifier")).await?;
+    for (name, role) in [
+        ("client", "client"),
+        ("verifier-1", "verifier"),
+        ("verifier-2", "verifier"),
+    ] {
+        let spec = net.role_spec(name, role)?;
+        net.spawn(spec).await?;
+    }
     for (name, price, fault) in [
         ("A", PRICE_A, None),
         ("P", PRICE_P, Some("junk")),
         ("B", PRICE_B, None),
     ] {
-        let mut spec = node(name, "provider")
+        let mut spec = net
+            .role_spec(name, "provider")?
             .arg("--price-per-step")
             .arg(format!("0.{price:06}"));
         if let Some(f) = fault {
             spec = spec.arg("--fault").arg(f);
         }
         net.spawn(spec).await?;
-        let signer = net.node(name)?.signer().clone();
-        net.chain()?
-            .client(signer)
-            .await?
-            .register(U256::from(STAKE))
-            .await?;
+        net.stake(name, U256::from(STAKE)).await?;
     }
     let client = net.node("client")?;
     poll_until("the mesh", Duration::from_secs(30), async || {
@@ -147,34 +140,22 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
 
     let job_file = run_dir.join("job.toml");
     std::fs::write(&job_file, JOB_FILE)?;
-    let verifiers = [
-        net.node("verifier-1")?.eth_address(),
-        net.node("verifier-2")?.eth_address(),
-    ];
     progress("submitting the job: 400 steps, checkpoint every 50, budget 5 USDC, quorum 2");
-    let (status, reply) = client
-        .request(
-            "POST",
-            "/v1/jobs",
-            Some(&json!({
-                "spec_path": std::path::absolute(&job_file)?,
-                "budget": U256::from(BUDGET),
-                "max_price_per_step": U256::from(PRICE_B),
-                "verifiers": verifiers,
-                "quorum": 2,
-                "deadline_secs": 3600,
-                "grace_secs": 600,
-            })),
+    let job_num = net
+        .submit_job(
+            "client",
+            &JobSubmission {
+                file: job_file,
+                budget: usdc(U256::from(BUDGET)),
+                max_price: usdc(U256::from(PRICE_B)),
+                verifiers: vec!["verifier-1".into(), "verifier-2".into()],
+                quorum: 2,
+                deadline_secs: 3600,
+                grace_secs: 600,
+            },
         )
         .await?;
-    ensure!(status == 200, "job submission failed: {reply}");
-    let job_id = reply["job_id"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| reply["job_id"].to_string());
-    let job_num = U256::from_str_radix(job_id.trim_start_matches("0x"), 16)
-        .or_else(|_| job_id.parse())
-        .with_context(|| format!("job id {job_id}"))?;
+    let client = net.node("client")?;
     let job_path = format!("/v1/jobs/{job_num}");
 
     // Kill A once it has trained past step 158 (mid-interval, 150 accepted).

@@ -27,7 +27,7 @@ pub use events::{after, event_micros, event_name, event_time, field, field_str, 
 pub use http::request as http_request;
 pub use node::{API_TIMEOUT, Bootstrap, NodeProc, NodeSpec};
 pub use process::{Signal, pid_alive, signal};
-pub use testnet::{PASSWORD, STOP_GRACE, Testnet, binary, poll_until};
+pub use testnet::{JobSubmission, PASSWORD, STOP_GRACE, Testnet, binary, poll_until};
 
 #[doc(no_inline)]
 pub use alloy::primitives::{Address, U256};

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::demo::{usdc, write_record};
-use crate::{ChainOpts, NodeSpec, Testnet, U256, USDC, poll_until};
+use crate::{ChainOpts, JobSubmission, Testnet, U256, USDC, poll_until};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -263,16 +263,11 @@ async fn play(
     fired: &mut Vec<Value>,
 ) -> Result<ScenarioReport> {
     let started = Instant::now();
-    let token = net.chain()?.usdc().to_string();
     // The client first: everyone else bootstraps from the first node.
     let mut order: Vec<&NodeSection> = s.nodes.iter().filter(|n| n.role == "client").collect();
     order.extend(s.nodes.iter().filter(|n| n.role != "client"));
     for n in order {
-        let mut spec = NodeSpec::new(&n.name)
-            .role(&n.role)
-            .on_chain()
-            .arg("--token")
-            .arg(token.clone());
+        let mut spec = net.role_spec(&n.name, &n.role)?;
         if let Some(p) = &n.price {
             spec = spec.arg("--price-per-step").arg(p.clone());
         }
@@ -281,13 +276,7 @@ async fn play(
         }
         net.spawn(spec).await?;
         if n.role == "provider" {
-            let signer = net.node(&n.name)?.signer().clone();
-            net.chain()?
-                .client(signer)
-                .await?
-                .register(U256::from(n.stake * USDC))
-                .await
-                .with_context(|| format!("staking {} USDC for {}", n.stake, n.name))?;
+            net.stake(&n.name, U256::from(n.stake * USDC)).await?;
         }
     }
     let client = net.node(&s.job.client)?;
@@ -298,38 +287,20 @@ async fn play(
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let mut verifiers = Vec::new();
-    for v in &s.job.verifiers {
-        verifiers.push(net.node(v)?.eth_address().to_string());
-    }
-    let out = tokio::process::Command::new(net.binary())
-        .arg("job")
-        .arg("submit")
-        .arg("--data-dir")
-        .arg(client.data_dir())
-        .arg("--spec")
-        .arg(job_file)
-        .args(["--budget", &s.job.budget, "--max-price", &s.job.max_price])
-        .arg("--verifiers")
-        .arg(verifiers.join(","))
-        .arg("--quorum")
-        .arg(s.job.quorum.to_string())
-        .arg("--deadline")
-        .arg(s.job.deadline_secs.to_string())
-        .arg("--grace")
-        .arg(s.job.grace_secs.to_string())
-        .env_remove("GPUCHAIN_DATA_DIR")
-        .output()
+    let job_id = net
+        .submit_job(
+            &s.job.client,
+            &JobSubmission {
+                file: job_file.to_path_buf(),
+                budget: s.job.budget.clone(),
+                max_price: s.job.max_price.clone(),
+                verifiers: s.job.verifiers.clone(),
+                quorum: s.job.quorum,
+                deadline_secs: s.job.deadline_secs,
+                grace_secs: s.job.grace_secs,
+            },
+        )
         .await?;
-    ensure!(
-        out.status.success(),
-        "job submit failed: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    let job_text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let job_id: U256 = job_text
-        .parse()
-        .with_context(|| format!("job submit printed {job_text:?}"))?;
     eprintln!("[scenario] {}: job {job_id} submitted", s.name);
     let submitted = Instant::now();
     let job_path = format!("/v1/jobs/{job_id}");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use alloy::primitives::Address;
+use alloy::primitives::{Address, U256};
 use alloy::signers::local::PrivateKeySigner;
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::Value;
@@ -33,6 +33,18 @@ const POLL: Duration = Duration::from_millis(50);
 /// The `gpuchain` binary to run: `$GPUCHAIN_BIN`, else a `gpuchain` next to the running
 /// executable or in its parent directory (where cargo puts it relative to test binaries in
 /// `target/<profile>/deps/`).
+/// What `gpuchain job submit` is given; amounts in tokens (e.g. "0.002"), verifiers by node name.
+#[derive(Debug, Clone)]
+pub struct JobSubmission {
+    pub file: PathBuf,
+    pub budget: String,
+    pub max_price: String,
+    pub verifiers: Vec<String>,
+    pub quorum: u8,
+    pub deadline_secs: u64,
+    pub grace_secs: u64,
+}
+
 pub fn binary() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("GPUCHAIN_BIN") {
         let path = PathBuf::from(path);
@@ -148,6 +160,64 @@ impl Testnet {
             pids.push(chain.pid());
         }
         pids
+    }
+
+    /// A node with `role` wired to this testnet's chain, paid in its test USDC.
+    pub fn role_spec(&self, name: &str, role: &str) -> Result<NodeSpec> {
+        Ok(NodeSpec::new(name)
+            .role(role)
+            .on_chain()
+            .arg("--token")
+            .arg(self.chain()?.usdc().to_string()))
+    }
+
+    /// Stakes `amount` (base units) for node `name` with its own key.
+    pub async fn stake(&self, name: &str, amount: U256) -> Result<()> {
+        let signer = self.node(name)?.signer().clone();
+        self.chain()?
+            .client(signer)
+            .await?
+            .register(amount)
+            .await
+            .with_context(|| format!("staking for {name}"))?;
+        Ok(())
+    }
+
+    /// `gpuchain job submit` through node `client`, as a user would; returns the job id.
+    pub async fn submit_job(&self, client: &str, job: &JobSubmission) -> Result<U256> {
+        let verifiers = job
+            .verifiers
+            .iter()
+            .map(|v| self.node(v).map(|n| n.eth_address().to_string()))
+            .collect::<Result<Vec<_>>>()?;
+        let out = tokio::process::Command::new(self.binary())
+            .arg("job")
+            .arg("submit")
+            .arg("--data-dir")
+            .arg(self.node(client)?.data_dir())
+            .arg("--spec")
+            .arg(&job.file)
+            .args(["--budget", &job.budget, "--max-price", &job.max_price])
+            .arg("--verifiers")
+            .arg(verifiers.join(","))
+            .arg("--quorum")
+            .arg(job.quorum.to_string())
+            .arg("--deadline")
+            .arg(job.deadline_secs.to_string())
+            .arg("--grace")
+            .arg(job.grace_secs.to_string())
+            .env_remove("GPUCHAIN_DATA_DIR")
+            .output()
+            .await?;
+        if !out.status.success() {
+            bail!(
+                "job submit failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        text.parse()
+            .map_err(|e| anyhow!("job submit printed {text:?}, not a job id: {e}"))
     }
 
     /// Prepares the node's data dir, keys and funds, starts it, and waits until its API

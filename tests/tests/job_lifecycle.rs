@@ -14,7 +14,7 @@ use gpuchain_protocol::messages::{CheckpointAnnounce, state_root};
 use gpuchain_protocol::topics::job_topic;
 use gpuchain_protocol::{Hash, Message, Sig65, SigningKey};
 use gpuchain_testnet::{
-    Address, ChainClient, ChainOpts, NodeSpec, Testnet, U256, USDC, after, binary, event_time,
+    Address, ChainClient, ChainOpts, JobSubmission, Testnet, U256, USDC, after, binary, event_time,
     field, is_event, poll_until,
 };
 use serde_json::{Value, json};
@@ -67,28 +67,20 @@ fn run_dir(tag: &str) -> Result<PathBuf> {
 async fn setup(tag: &str, providers: &[Provider]) -> Result<Setup> {
     let dir = run_dir(tag)?;
     let mut net = Testnet::with_new_chain(&dir, binary()?, ChainOpts::default()).await?;
-    let usdc = net.chain()?.usdc().to_string();
-    let node = |name: &str, role: &str| {
-        NodeSpec::new(name)
-            .role(role)
-            .on_chain()
-            .arg("--token")
-            .arg(usdc.clone())
-    };
-    net.spawn(node("client", "client")).await?;
-    net.spawn(node("v1", "verifier")).await?;
-    net.spawn(node("v2", "verifier")).await?;
+    for (name, role) in [("client", "client"), ("v1", "verifier"), ("v2", "verifier")] {
+        let spec = net.role_spec(name, role)?;
+        net.spawn(spec).await?;
+    }
     for pr in providers {
-        let mut spec = node(pr.name, "provider")
+        let mut spec = net
+            .role_spec(pr.name, "provider")?
             .arg("--price-per-step")
             .arg(amount(pr.price));
         if let Some(f) = pr.fault {
             spec = spec.arg("--fault").arg(f);
         }
         net.spawn(spec).await?;
-        let signer = net.node(pr.name)?.signer().clone();
-        let chain = net.chain()?.client(signer).await?;
-        chain.register(U256::from(STAKE)).await?;
+        net.stake(pr.name, U256::from(STAKE)).await?;
     }
     let total = 3 + providers.len() as u64;
     let client = net.node("client")?;
@@ -109,35 +101,20 @@ fn amount(base_units: u64) -> String {
 
 /// `gpuchain job submit` through the client node, as a user would; returns the job id.
 async fn submit(s: &Setup, max_price: u64) -> Result<U256> {
-    let v1 = s.net.node("v1")?.eth_address().to_string();
-    let v2 = s.net.node("v2")?.eth_address().to_string();
-    let client = s.net.node("client")?;
-    let out = tokio::process::Command::new(s.net.binary())
-        .arg("job")
-        .arg("submit")
-        .arg("--data-dir")
-        .arg(client.data_dir())
-        .arg("--spec")
-        .arg(&s.job_file)
-        .arg("--budget")
-        .arg(amount(BUDGET))
-        .arg("--max-price")
-        .arg(amount(max_price))
-        .arg("--verifiers")
-        .arg(format!("{v1},{v2}"))
-        .arg("--quorum")
-        .arg("2")
-        .env_remove("GPUCHAIN_DATA_DIR")
-        .output()
-        .await?;
-    ensure!(
-        out.status.success(),
-        "job submit failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    id.parse()
-        .with_context(|| format!("job submit printed {id:?}, not a job id"))
+    s.net
+        .submit_job(
+            "client",
+            &JobSubmission {
+                file: s.job_file.clone(),
+                budget: amount(BUDGET),
+                max_price: amount(max_price),
+                verifiers: vec!["v1".into(), "v2".into()],
+                quorum: 2,
+                deadline_secs: 3600,
+                grace_secs: 600,
+            },
+        )
+        .await
 }
 
 async fn job(chain: &ChainClient, id: U256) -> Result<gpuchain_contracts::JobEscrow::JobView> {
