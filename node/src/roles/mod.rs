@@ -344,9 +344,27 @@ impl RoleRuntime {
                     Message::CheckpointAnnounce(a) => self.verify.remember_announce(a),
                     _ => {}
                 }
-                self.each(|m| {
-                    m.handle_message(now, &msg);
-                });
+                let mut client_verdict = None;
+                if let Some(c) = self.client.as_mut() {
+                    client_verdict = Some(c.handle_message(now, &msg));
+                }
+                if let Some(p) = self.provider.as_mut() {
+                    p.handle_message(now, &msg);
+                }
+                if let Some(v) = self.verifier.as_mut() {
+                    v.handle_message(now, &msg);
+                }
+                // The client's view of liveness, for the run record: heartbeats of its own
+                // jobs that it took.
+                if let (Message::Heartbeat(h), Some(verdict)) = (&msg, client_verdict)
+                    && verdict.is_accept()
+                    && self
+                        .client
+                        .as_ref()
+                        .is_some_and(|c| c.job_status(h.job_id).is_some())
+                {
+                    tracing::info!(target: "gpuchain::event", event = "heartbeat", job_id = %h.job_id, epoch = h.epoch, provider = %h.provider, seq = h.seq, step = h.step, loss = h.loss, "heartbeat");
+                }
             }
             RoleEvent::ConnectionClosed { address } => {
                 self.each(|m| m.handle_input(now, Input::ConnectionClosed { address }));
