@@ -11,7 +11,7 @@ use gpuchain_contracts::chain::{ChainClient, ChainConfig};
 use gpuchain_protocol::{Address, U256};
 use serde_json::{Value, json};
 
-use crate::config::{PASSWORD_ENV, TOKEN_DECIMALS, format_amount, parse_amount};
+use crate::config::{TOKEN_DECIMALS, format_amount, parse_amount, read_keystore_password};
 
 /// How long `job submit` waits for the node to pack the data and the chain to take the job.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -153,18 +153,6 @@ fn parse_address(s: &str, flag: &str) -> Result<Address> {
     })
 }
 
-fn password(file: Option<&PathBuf>) -> Result<String> {
-    if let Some(path) = file {
-        let text = std::fs::read_to_string(path).with_context(|| {
-            format!("cannot read the keystore password file {}", path.display())
-        })?;
-        return Ok(text.trim_end_matches(['\n', '\r']).to_string());
-    }
-    std::env::var(PASSWORD_ENV).map_err(|_| {
-        anyhow!("the keystore needs a password: set {PASSWORD_ENV} or pass --keystore-password-file FILE")
-    })
-}
-
 fn signer(key: &KeyArgs) -> Result<alloy_signer_local::PrivateKeySigner> {
     let store = key.data_dir.join(crate::keys::KEYSTORE_DIR);
     if !store.join(crate::keys::KEYSTORE_FILE).is_file() {
@@ -174,30 +162,44 @@ fn signer(key: &KeyArgs) -> Result<alloy_signer_local::PrivateKeySigner> {
             key.data_dir.display()
         );
     }
-    let pw = password(key.keystore_password_file.as_ref())?;
+    let pw = read_keystore_password(key.keystore_password_file.as_deref())?;
     Ok(crate::keys::load_or_create(&key.data_dir, &pw)?.eth)
 }
 
-/// A chain client for `key` (or a read-only one with a throwaway key).
+/// A chain client for `key` (or a read-only one with a throwaway key), from the flags.
 pub async fn connect(
     chain: &ChainArgs,
     key: Option<alloy_signer_local::PrivateKeySigner>,
 ) -> Result<ChainClient> {
     let escrow = parse_address(&chain.escrow, "--escrow")?;
-    let key = key.unwrap_or_else(alloy_signer_local::PrivateKeySigner::random);
     let token = match &chain.token {
-        Some(t) => parse_address(t, "--token")?,
+        Some(t) => Some(parse_address(t, "--token")?),
+        None => None,
+    };
+    let key = key.unwrap_or_else(alloy_signer_local::PrivateKeySigner::random);
+    connect_to(&chain.rpc_url, escrow, token, key).await
+}
+
+/// A chain client paying in `token`, or in the escrow's stake token when none is given.
+pub async fn connect_to(
+    rpc_url: &str,
+    escrow: Address,
+    token: Option<Address>,
+    key: alloy_signer_local::PrivateKeySigner,
+) -> Result<ChainClient> {
+    let token = match token {
+        Some(t) => t,
         None => {
             let probe = ChainClient::connect(
                 // Any deployed contract will do until we know the token: the escrow itself.
-                ChainConfig::new(chain.rpc_url.clone(), escrow, escrow),
+                ChainConfig::new(rpc_url, escrow, escrow),
                 key.clone(),
             )
             .await?;
             probe.stake_token().await?
         }
     };
-    Ok(ChainClient::connect(ChainConfig::new(chain.rpc_url.clone(), escrow, token), key).await?)
+    Ok(ChainClient::connect(ChainConfig::new(rpc_url, escrow, token), key).await?)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

@@ -275,25 +275,31 @@ impl NodeConfig {
 
     /// The keystore password: from the file when one is configured, else from the env var.
     pub fn keystore_password(&self) -> Result<String> {
-        if let Some(path) = &self.keystore_password_file {
-            let text = std::fs::read_to_string(path).with_context(|| {
-                format!(
-                    "cannot read the keystore password file {}: check the path and its permissions",
-                    path.display()
-                )
-            })?;
-            let pw = text.trim_end_matches(['\n', '\r']).to_string();
-            if pw.is_empty() {
-                bail!("the keystore password file {} is empty", path.display());
-            }
-            return Ok(pw);
+        read_keystore_password(self.keystore_password_file.as_deref())
+    }
+}
+
+/// The keystore password: from `file` when given, else from the env var. The node and the
+/// one-shot commands (withdraw, provider register) read it the same way.
+pub fn read_keystore_password(file: Option<&Path>) -> Result<String> {
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read the keystore password file {}: check the path and its permissions",
+                path.display()
+            )
+        })?;
+        let pw = text.trim_end_matches(['\n', '\r']).to_string();
+        if pw.is_empty() {
+            bail!("the keystore password file {} is empty", path.display());
         }
-        match std::env::var(PASSWORD_ENV) {
-            Ok(pw) if !pw.is_empty() => Ok(pw),
-            _ => bail!(
-                "the Ethereum keystore needs a password: set {PASSWORD_ENV} or pass --keystore-password-file FILE"
-            ),
-        }
+        return Ok(pw);
+    }
+    match std::env::var(PASSWORD_ENV) {
+        Ok(pw) if !pw.is_empty() => Ok(pw),
+        _ => bail!(
+            "the Ethereum keystore needs a password: set {PASSWORD_ENV} or pass --keystore-password-file FILE"
+        ),
     }
 }
 

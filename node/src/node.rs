@@ -145,15 +145,11 @@ async fn connect_chain(
     config: &NodeConfig,
     key: alloy_signer_local::PrivateKeySigner,
 ) -> Result<gpuchain_contracts::chain::ChainClient> {
-    let args = crate::commands::ChainArgs {
-        rpc_url: config
-            .rpc_url
-            .clone()
-            .ok_or_else(|| anyhow!("roles need --rpc-url"))?,
-        escrow: config.escrow_domain.escrow.to_string(),
-        token: config.token.map(|t| t.to_string()),
-    };
-    crate::commands::connect(&args, Some(key)).await
+    let rpc_url = config
+        .rpc_url
+        .as_deref()
+        .ok_or_else(|| anyhow!("roles need --rpc-url"))?;
+    crate::commands::connect_to(rpc_url, config.escrow_domain.escrow, config.token, key).await
 }
 
 fn prepare_data_dir(dir: &Path) -> Result<()> {

@@ -80,6 +80,28 @@ pub async fn fetch_for_machine(ctx: Ctx, hash: Hash, from: Option<Address>) {
     ctx.input(Input::BlobFetched { hash, ok }).await;
 }
 
+/// What both runners start from: the job's spec, the job ready to run, the candidate's bytes.
+async fn job_and_candidate(
+    ctx: &Ctx,
+    job_id: JobId,
+    checkpoint: Hash,
+) -> Result<(
+    gpuchain_protocol::JobSpec,
+    std::sync::Arc<gpuchain_trainer::Job>,
+    Vec<u8>,
+)> {
+    let spec = ctx
+        .library
+        .spec_of_job(job_id)
+        .ok_or_else(|| anyhow!("job {job_id} has no known spec"))?;
+    let job = ctx
+        .library
+        .prepare(&spec, &ctx.handle, &ctx.data_dir)
+        .await?;
+    let candidate = fetch_bytes(&ctx.handle, checkpoint).await?;
+    Ok((spec, job, candidate))
+}
+
 pub struct QualityJob {
     pub job_id: JobId,
     pub epoch: Epoch,
@@ -113,15 +135,7 @@ pub async fn quality(ctx: Ctx, q: QualityJob) {
 }
 
 async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
-    let spec = ctx
-        .library
-        .spec_of_job(q.job_id)
-        .ok_or_else(|| anyhow!("job {} has no known spec", q.job_id))?;
-    let job = ctx
-        .library
-        .prepare(&spec, &ctx.handle, &ctx.data_dir)
-        .await?;
-    let candidate = fetch_bytes(&ctx.handle, q.checkpoint_hash).await?;
+    let (spec, job, candidate) = job_and_candidate(ctx, q.job_id, q.checkpoint_hash).await?;
     let previous = if q.baseline == spec.spec_hash() {
         None
     } else {
@@ -211,15 +225,7 @@ pub async fn spot(ctx: Ctx, s: SpotJob) {
 }
 
 async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
-    let spec = ctx
-        .library
-        .spec_of_job(s.job_id)
-        .ok_or_else(|| anyhow!("job {} has no known spec", s.job_id))?;
-    let job = ctx
-        .library
-        .prepare(&spec, &ctx.handle, &ctx.data_dir)
-        .await?;
-    let candidate = fetch_bytes(&ctx.handle, s.checkpoint_hash).await?;
+    let (_, job, candidate) = job_and_candidate(ctx, s.job_id, s.checkpoint_hash).await?;
     let dev = job.device.clone();
     let meta = tokio::task::spawn_blocking(move || Checkpoint::from_bytes(&candidate, &dev))
         .await
