@@ -19,15 +19,15 @@ use alloy_primitives::{Address, U256};
 use crate::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
 use crate::detector::{DetectorConfig, FailureDetector};
 use crate::eip712::EscrowDomain;
-use crate::io::{Input, Notice, Output, StateMachine};
+use crate::io::{Input, Notice, Output, Passed, StateMachine};
 use crate::messages::{Bid, CheckpointAnnounce, Heartbeat, JobOffer, Vote};
 use crate::reputation::{self, Reputation};
-use crate::signing::{Sig65, SigningKey};
+use crate::signing::{Scheme, Sig65, SigningKey};
 use crate::spec::JobSpec;
 use crate::time::Time;
 use crate::topics::{JOBS_TOPIC, job_topic};
 use crate::types::{Epoch, Hash, JobId, Step};
-use crate::validation::{IgnoreReason, RejectReason, Verdict, check_message};
+use crate::validation::{IgnoreReason, RejectReason, Verdict};
 use crate::wire::Message;
 
 /// Bids for epochs further ahead than this are ignored rather than stored: they cannot be
@@ -155,6 +155,9 @@ pub struct Client {
     key: SigningKey,
     specs: BTreeMap<Hash, JobSpec>,
     jobs: BTreeMap<JobId, ClientJob>,
+    /// The jobs not finished: the ones timers concern. A client runs job after job, and
+    /// walking every finished one on each timer made a long run slower by the day.
+    live: BTreeSet<JobId>,
     reputation: Reputation,
     block_time: u64,
     next_tx: u64,
@@ -171,6 +174,7 @@ impl Client {
             key,
             specs: BTreeMap::new(),
             jobs: BTreeMap::new(),
+            live: BTreeSet::new(),
             reputation: Reputation::default(),
             block_time: 0,
             next_tx: 0,
@@ -429,6 +433,7 @@ impl Client {
             if client != self.key.address() || self.jobs.contains_key(&job_id) {
                 return;
             }
+            self.live.insert(job_id);
             self.jobs.insert(
                 job_id,
                 ClientJob {
@@ -537,6 +542,7 @@ impl Client {
                 if step >= job.total_steps {
                     job.phase = Phase::Finished;
                     job.detector = None;
+                    self.live.remove(&job_id);
                 }
             }
             ChainEvent::CheckpointRejected {
@@ -557,6 +563,7 @@ impl Client {
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
                 job.phase = Phase::Finished;
                 job.detector = None;
+                self.live.remove(&job_id);
                 job.bids.clear();
                 self.emit(Output::Unsubscribe {
                     topic: job_topic(job_id),
@@ -798,11 +805,11 @@ impl Client {
 }
 
 impl StateMachine for Client {
-    fn handle_message(&mut self, now: Time, msg: &Message) -> Verdict {
-        let stateless = check_message(msg, &self.config.domain);
-        if !stateless.is_accept() {
-            return stateless;
-        }
+    fn checks_under(&self) -> (EscrowDomain, Scheme) {
+        (self.config.domain, self.key.scheme())
+    }
+
+    fn on_checked(&mut self, now: Time, msg: &Message, _: Passed) -> Verdict {
         match msg {
             Message::Bid(b) => self.on_bid(b),
             Message::Heartbeat(h) => self.on_heartbeat(now, h),
@@ -835,7 +842,7 @@ impl StateMachine for Client {
     }
 
     fn handle_timeout(&mut self, now: Time) {
-        let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        let ids: Vec<JobId> = self.live.iter().copied().collect();
         for job_id in ids {
             let Some(job) = self.jobs.get_mut(&job_id) else {
                 continue;
@@ -877,8 +884,9 @@ impl StateMachine for Client {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.jobs
-            .values()
+        self.live
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
             .filter_map(|j| match j.phase {
                 Phase::Bidding { until } | Phase::Assigning { until, .. } => Some(until),
                 Phase::Running => j.detector.as_ref().map(FailureDetector::deadline),

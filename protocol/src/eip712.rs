@@ -4,7 +4,7 @@
 use alloy_primitives::{Address, B256, U256};
 use alloy_sol_types::{Eip712Domain, SolStruct, eip712_domain};
 
-use crate::signing::{Sig65, SignatureError, SigningKey, recover_signer};
+use crate::signing::{Scheme, Sig65, SignatureError, SigningKey};
 use crate::types::{Epoch, Hash, JobId, Step};
 
 pub const DOMAIN_NAME: &str = "GpuChain JobEscrow";
@@ -39,6 +39,29 @@ impl EscrowDomain {
     }
 }
 
+std::thread_local! {
+    /// The last domain's separator: a process talks to one escrow, and hashing the domain
+    /// was half the cost of every bid and vote digest.
+    static SEPARATOR: std::cell::Cell<Option<(EscrowDomain, B256)>> = const { std::cell::Cell::new(None) };
+}
+
+/// `keccak256(0x1901 ‖ domainSeparator ‖ hashStruct)`, as EIP-712 defines it.
+fn signing_hash(domain: &EscrowDomain, struct_hash: B256) -> B256 {
+    let separator = SEPARATOR.with(|c| match c.get() {
+        Some((d, sep)) if d == *domain => sep,
+        _ => {
+            let sep = domain.separator();
+            c.set(Some((*domain, sep)));
+            sep
+        }
+    });
+    let mut pre = [0u8; 66];
+    pre[..2].copy_from_slice(&[0x19, 0x01]);
+    pre[2..34].copy_from_slice(separator.as_slice());
+    pre[34..].copy_from_slice(struct_hash.as_slice());
+    alloy_primitives::keccak256(pre)
+}
+
 /// The signed fields of a bid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BidFields {
@@ -69,22 +92,6 @@ impl BidFields {
             expiry: self.expiry,
         }
     }
-
-    pub fn type_hash() -> B256 {
-        alloy_primitives::keccak256(typed::Bid::eip712_encode_type().as_bytes())
-    }
-
-    pub fn digest(&self, domain: &EscrowDomain) -> B256 {
-        self.typed().eip712_signing_hash(&domain.eip712())
-    }
-
-    pub fn sign(&self, domain: &EscrowDomain, key: &SigningKey) -> Sig65 {
-        key.sign_digest(&self.digest(domain))
-    }
-
-    pub fn recover(&self, domain: &EscrowDomain, sig: &Sig65) -> Result<Address, SignatureError> {
-        recover_signer(&self.digest(domain), sig)
-    }
 }
 
 impl VoteFields {
@@ -97,23 +104,38 @@ impl VoteFields {
             accept: self.accept,
         }
     }
-
-    pub fn type_hash() -> B256 {
-        alloy_primitives::keccak256(typed::Vote::eip712_encode_type().as_bytes())
-    }
-
-    pub fn digest(&self, domain: &EscrowDomain) -> B256 {
-        self.typed().eip712_signing_hash(&domain.eip712())
-    }
-
-    pub fn sign(&self, domain: &EscrowDomain, key: &SigningKey) -> Sig65 {
-        key.sign_digest(&self.digest(domain))
-    }
-
-    pub fn recover(&self, domain: &EscrowDomain, sig: &Sig65) -> Result<Address, SignatureError> {
-        recover_signer(&self.digest(domain), sig)
-    }
 }
+
+/// Type hash, digest, signing and recovery: the same for every signed struct.
+macro_rules! signed_struct {
+    ($fields:ty, $typed:ty) => {
+        impl $fields {
+            pub fn type_hash() -> B256 {
+                alloy_primitives::keccak256(<$typed>::eip712_encode_type().as_bytes())
+            }
+
+            pub fn digest(&self, domain: &EscrowDomain) -> B256 {
+                signing_hash(domain, self.typed().eip712_hash_struct())
+            }
+
+            pub fn sign(&self, domain: &EscrowDomain, key: &SigningKey) -> Sig65 {
+                key.sign_with(|| self.digest(domain))
+            }
+
+            pub fn recover(
+                &self,
+                domain: &EscrowDomain,
+                scheme: Scheme,
+                sig: &Sig65,
+            ) -> Result<Address, SignatureError> {
+                scheme.recover(|| self.digest(domain), sig)
+            }
+        }
+    };
+}
+
+signed_struct!(BidFields, typed::Bid);
+signed_struct!(VoteFields, typed::Vote);
 
 #[cfg(test)]
 mod tests {

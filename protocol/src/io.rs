@@ -6,9 +6,11 @@ use std::time::Duration;
 use alloy_primitives::{Address, U256};
 
 use crate::chain::{ChainEvent, ChainTx, TxId};
+use crate::eip712::EscrowDomain;
+use crate::signing::Scheme;
 use crate::time::Time;
 use crate::types::{Epoch, Hash, JobId, Step};
-use crate::validation::Verdict;
+use crate::validation::{Checked, Verdict, check_message};
 use crate::wire::Message;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -194,12 +196,39 @@ pub enum Notice {
     },
 }
 
+/// That a message passed the stateless checks: made only here, so a role machine acts only on
+/// checked messages.
+#[derive(Debug)]
+pub struct Passed(());
+
 /// The sans-IO surface every role machine offers (quinn-proto/str0m style): feed inputs and
 /// `now`, then drain `poll_output` and arm a timer for `poll_timeout`.
 pub trait StateMachine {
-    /// A gossip message (the machine runs the stateless checks itself too). Messages about
-    /// jobs the role does not track are accepted so the mesh keeps relaying them.
-    fn handle_message(&mut self, now: Time, msg: &Message) -> Verdict;
+    /// The escrow domain and signature scheme this machine checks messages under.
+    fn checks_under(&self) -> (EscrowDomain, Scheme);
+    /// What the role does with a gossip message that passed the stateless checks under its
+    /// domain and scheme: `passed` is the proof, and only this crate's
+    /// [`StateMachine::handle_checked`] and [`StateMachine::handle_message`] make one.
+    /// Messages about jobs the role does not track are accepted so the mesh keeps relaying them.
+    fn on_checked(&mut self, now: Time, msg: &Message, passed: Passed) -> Verdict;
+    /// A message checked once for several machines. One checked under another domain or
+    /// scheme than this machine's is checked again.
+    fn handle_checked(&mut self, now: Time, msg: &Checked) -> Verdict {
+        let (domain, scheme) = self.checks_under();
+        match msg.check_for(&domain, scheme) {
+            Ok(()) => self.on_checked(now, msg.message(), Passed(())),
+            Err(verdict) => verdict,
+        }
+    }
+    /// A gossip message as received: the stateless checks as this machine makes them, then
+    /// what the role does with it.
+    fn handle_message(&mut self, now: Time, msg: &Message) -> Verdict {
+        let (domain, scheme) = self.checks_under();
+        match check_message(msg, &domain, scheme) {
+            Verdict::Accept => self.on_checked(now, msg, Passed(())),
+            verdict => verdict,
+        }
+    }
     fn handle_input(&mut self, now: Time, input: Input);
     fn handle_timeout(&mut self, now: Time);
     /// The earliest time `handle_timeout` has something to do.

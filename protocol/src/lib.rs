@@ -27,12 +27,12 @@ pub use client::{Client, ClientConfig};
 pub use eip712::EscrowDomain;
 pub use io::{Input, Notice, Output, StateMachine};
 pub use provider::{Provider, ProviderConfig};
-pub use signing::{Sig65, SigningKey};
+pub use signing::{Scheme, Sig65, SigningKey};
 pub use spec::JobSpec;
 pub use time::Time;
 pub use types::{Address, B256, Epoch, Hash, JobId, Step, U256};
 pub use validation::{
-    IgnoreReason, RejectReason, Verdict, check_message, decode_validated, validate_message,
+    Checked, IgnoreReason, RejectReason, Verdict, check_message, decode_validated, validate_message,
 };
 pub use verifier::{Verifier, VerifierConfig};
 pub use wire::{MAX_MESSAGE_SIZE, Message, WireError};

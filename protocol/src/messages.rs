@@ -5,7 +5,7 @@ use alloy_primitives::{Address, U256};
 use serde::{Deserialize, Serialize};
 
 use crate::eip712::{BidFields, EscrowDomain, VoteFields};
-use crate::signing::{Sig65, SignatureError, SigningKey, gossip_digest, recover_signer};
+use crate::signing::{Scheme, Sig65, SignatureError, SigningKey, gossip_digest};
 use crate::spec::JobSpec;
 use crate::types::{Epoch, Hash, JobId, Step};
 
@@ -120,9 +120,16 @@ pub struct Vote {
 
 /// Commitment root of an interval's state hashes: BLAKE3 over their concatenation, in order.
 pub fn state_root(state_hashes: &[Hash]) -> Hash {
+    // Fed 16 KiB at a time, not a hash per update: BLAKE3 then compresses sixteen chunks at
+    // once (SIMD), several times faster on an interval's hundreds of hashes. Same digest.
+    const PER_BATCH: usize = 512;
     let mut h = blake3::Hasher::new();
-    for s in state_hashes {
-        h.update(s.as_slice());
+    let mut buf = [0u8; PER_BATCH * 32];
+    for batch in state_hashes.chunks(PER_BATCH) {
+        for (dst, s) in buf.chunks_exact_mut(32).zip(batch) {
+            dst.copy_from_slice(s.as_slice());
+        }
+        h.update(&buf[..batch.len() * 32]);
     }
     Hash::from(*h.finalize().as_bytes())
 }
@@ -165,14 +172,14 @@ macro_rules! gossip_signed {
             /// Sets the claimed signer to `key`'s address and signs.
             pub fn sign(mut self, key: &SigningKey) -> Self {
                 self.$signer = key.address();
-                self.signature = key.sign_digest(&self.digest());
+                self.signature = key.sign_with(|| self.digest());
                 self
             }
 
-            pub fn check_signature(&self) -> Result<(), SignatureCheck> {
+            pub fn check_signature(&self, scheme: Scheme) -> Result<(), SignatureCheck> {
                 expect_signer(
                     self.$signer,
-                    recover_signer(&self.digest(), &self.signature),
+                    scheme.recover(|| self.digest(), &self.signature),
                 )
             }
         }
@@ -201,10 +208,14 @@ impl Bid {
         self
     }
 
-    pub fn check_signature(&self, domain: &EscrowDomain) -> Result<(), SignatureCheck> {
+    pub fn check_signature(
+        &self,
+        domain: &EscrowDomain,
+        scheme: Scheme,
+    ) -> Result<(), SignatureCheck> {
         expect_signer(
             self.provider,
-            self.fields().recover(domain, &self.signature),
+            self.fields().recover(domain, scheme, &self.signature),
         )
     }
 }
@@ -226,10 +237,14 @@ impl Vote {
         self
     }
 
-    pub fn check_signature(&self, domain: &EscrowDomain) -> Result<(), SignatureCheck> {
+    pub fn check_signature(
+        &self,
+        domain: &EscrowDomain,
+        scheme: Scheme,
+    ) -> Result<(), SignatureCheck> {
         expect_signer(
             self.verifier,
-            self.fields().recover(domain, &self.signature),
+            self.fields().recover(domain, scheme, &self.signature),
         )
     }
 }
@@ -255,6 +270,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn state_root_is_blake3_of_the_concatenation() {
+        // Lengths around the batch size the root is fed in.
+        for n in [0usize, 1, 51, 511, 512, 513, 1025] {
+            let hashes: Vec<Hash> = (0..n)
+                .map(|i| Hash::from(*blake3::hash(&i.to_le_bytes()).as_bytes()))
+                .collect();
+            let concatenated: Vec<u8> = hashes.iter().flat_map(|h| h.0).collect();
+            assert_eq!(
+                state_root(&hashes),
+                Hash::from(*blake3::hash(&concatenated).as_bytes()),
+                "{n} hashes"
+            );
+        }
+    }
+
+    #[test]
     fn gossip_signatures_bind_content_and_signer() {
         let key = SigningKey::from_seed(1);
         let hb = Heartbeat {
@@ -268,16 +299,16 @@ mod tests {
         }
         .sign(&key);
         assert_eq!(hb.provider, key.address());
-        assert_eq!(hb.check_signature(), Ok(()));
+        assert_eq!(hb.check_signature(Scheme::Secp256k1), Ok(()));
         let mut tampered = hb.clone();
         tampered.step = 11;
         assert!(matches!(
-            tampered.check_signature(),
+            tampered.check_signature(Scheme::Secp256k1),
             Err(SignatureCheck::WrongSigner { .. })
         ));
         let mut impostor = hb.clone();
         impostor.provider = SigningKey::from_seed(2).address();
-        assert!(impostor.check_signature().is_err());
+        assert!(impostor.check_signature(Scheme::Secp256k1).is_err());
     }
 
     #[test]

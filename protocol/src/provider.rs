@@ -18,14 +18,14 @@ use alloy_primitives::{Address, U256};
 
 use crate::chain::ChainEvent;
 use crate::eip712::EscrowDomain;
-use crate::io::{Input, Notice, Output, StateMachine};
+use crate::io::{Input, Notice, Output, Passed, StateMachine};
 use crate::messages::{Bid, CheckpointAnnounce, Hardware, Heartbeat, JobOffer, state_root};
-use crate::signing::{Sig65, SigningKey};
+use crate::signing::{Scheme, Sig65, SigningKey};
 use crate::spec::JobSpec;
 use crate::time::Time;
 use crate::topics::job_topic;
 use crate::types::{Epoch, Hash, JobId, Step};
-use crate::validation::{IgnoreReason, RejectReason, Verdict, check_message};
+use crate::validation::{IgnoreReason, RejectReason, Verdict};
 use crate::wire::Message;
 
 /// Offers for jobs the chain has not confirmed yet are held (anyone can sign an offer for a job
@@ -111,6 +111,9 @@ pub struct Provider {
     config: ProviderConfig,
     key: SigningKey,
     jobs: BTreeMap<JobId, ProviderJob>,
+    /// The jobs with an epoch in training: what heartbeats and timers concern. Offers pile up
+    /// over a provider's life; walking them all on every heartbeat made it slower by the day.
+    training_jobs: BTreeSet<JobId>,
     block_time: u64,
     outputs: VecDeque<Output>,
 }
@@ -121,6 +124,7 @@ impl Provider {
             config,
             key,
             jobs: BTreeMap::new(),
+            training_jobs: BTreeSet::new(),
             block_time: 0,
             outputs: VecDeque::new(),
         }
@@ -136,7 +140,7 @@ impl Provider {
     }
 
     fn busy(&self) -> bool {
-        self.jobs.values().any(|j| j.training.is_some())
+        !self.training_jobs.is_empty()
     }
 
     fn fits(&self, spec: &JobSpec, max_price: U256) -> bool {
@@ -189,6 +193,7 @@ impl Provider {
             return;
         };
         let Some(t) = job.training.take() else { return };
+        self.training_jobs.remove(&job_id);
         self.outputs.push_back(Output::StopTraining {
             job_id,
             epoch: t.epoch,
@@ -306,6 +311,7 @@ impl Provider {
                         .push_back(Output::Notice(Notice::UnknownJob { job_id }));
                     return;
                 };
+                self.training_jobs.insert(job_id);
                 job.training = Some(Training {
                     epoch,
                     from_step: start_step,
@@ -361,6 +367,9 @@ impl Provider {
                 self.stop(job_id, false);
                 if let Some(job) = self.jobs.get_mut(&job_id) {
                     job.done = true;
+                    // Kept only to refuse the job from now on: its offer (with the spec) is
+                    // not needed again.
+                    job.offer = None;
                     self.outputs.push_back(Output::Unsubscribe {
                         topic: job_topic(job_id),
                     });
@@ -415,11 +424,11 @@ impl Provider {
 }
 
 impl StateMachine for Provider {
-    fn handle_message(&mut self, _now: Time, msg: &Message) -> Verdict {
-        let stateless = check_message(msg, &self.config.domain);
-        if !stateless.is_accept() {
-            return stateless;
-        }
+    fn checks_under(&self) -> (EscrowDomain, Scheme) {
+        (self.config.domain, self.key.scheme())
+    }
+
+    fn on_checked(&mut self, _now: Time, msg: &Message, _: Passed) -> Verdict {
         match msg {
             Message::JobOffer(o) => self.on_offer(o),
             _ => Verdict::Accept,
@@ -466,10 +475,10 @@ impl StateMachine for Provider {
 
     fn handle_timeout(&mut self, now: Time) {
         let due: Vec<JobId> = self
-            .jobs
+            .training_jobs
             .iter()
-            .filter(|(_, j)| j.training.as_ref().is_some_and(|t| t.next_heartbeat <= now))
-            .map(|(id, _)| *id)
+            .filter(|id| self.training(**id).is_some_and(|t| t.next_heartbeat <= now))
+            .copied()
             .collect();
         for job_id in due {
             self.heartbeat(job_id, now);
@@ -477,9 +486,9 @@ impl StateMachine for Provider {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.jobs
-            .values()
-            .filter_map(|j| j.training.as_ref().map(|t| t.next_heartbeat))
+        self.training_jobs
+            .iter()
+            .filter_map(|id| self.training(*id).map(|t| t.next_heartbeat))
             .min()
     }
 

@@ -61,30 +61,88 @@ impl<'de> Deserialize<'de> for Sig65 {
     }
 }
 
-/// A node's Ethereum key. Signing is deterministic (RFC 6979), so no RNG enters the machines.
+/// How a signature is made and checked. The node, the wire path (`decode_validated`) and the
+/// chain only know `Secp256k1`; a machine checks what it receives under the scheme of its own
+/// key, so no peer can choose the scheme it is judged by.
+///
+/// `Simulated` exists for the simulator's large runs, where secp256k1 would be nearly all of
+/// the work (tens of millions of heartbeats a simulated day): the signature names its signer
+/// and nothing more, so the machines' checks (claimed signer = signer, listed verifier,
+/// assigned provider) run unchanged at the cost of a comparison. It proves nothing — anyone
+/// can forge it — so it must never be used for anything but a simulation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheme {
+    #[default]
+    Secp256k1,
+    Simulated,
+}
+
+/// `v` of a simulated signature: outside {27, 28}, so secp256k1 recovery refuses it (`BadV`).
+const SIMULATED_V: u8 = 0;
+
+impl Scheme {
+    /// Recovers the signer. The digest is a closure because computing it (CBOR and keccak of
+    /// the body) is most of a check once recovery is memoized, and `Simulated` needs none.
+    pub fn recover(
+        self,
+        digest: impl FnOnce() -> B256,
+        sig: &Sig65,
+    ) -> Result<Address, SignatureError> {
+        match self {
+            Scheme::Secp256k1 => recover_signer(&digest(), sig),
+            Scheme::Simulated => {
+                // Only the exact shape `sign_with` makes: a secp256k1 signature (or garbage)
+                // handed to a simulated machine is refused like a bad signature.
+                if sig.0[64] != SIMULATED_V {
+                    return Err(SignatureError::BadV);
+                }
+                if sig.0[20..64].iter().any(|b| *b != 0) {
+                    return Err(SignatureError::Unrecoverable);
+                }
+                Ok(Address::from_slice(&sig.0[..20]))
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
-pub struct SigningKey(k256::ecdsa::SigningKey);
+enum Key {
+    Secp256k1(Box<k256::ecdsa::SigningKey>),
+    Simulated,
+}
+
+/// A node's Ethereum key (or, in the simulator, a [`Scheme::Simulated`] identity). Signing is
+/// deterministic (RFC 6979), so no RNG enters the machines. The address is derived once:
+/// every message a machine signs names it.
+#[derive(Clone)]
+pub struct SigningKey {
+    key: Key,
+    address: Address,
+}
 
 impl fmt::Debug for SigningKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SigningKey({})", self.address())
+        write!(f, "SigningKey({:?}, {})", self.scheme(), self.address)
     }
 }
 
 impl SigningKey {
     pub fn from_bytes(secret: &[u8; 32]) -> Result<Self, SignatureError> {
-        k256::ecdsa::SigningKey::from_slice(secret)
-            .map(SigningKey)
-            .map_err(|_| SignatureError::BadKey)
+        let key =
+            k256::ecdsa::SigningKey::from_slice(secret).map_err(|_| SignatureError::BadKey)?;
+        let address = Address::from_public_key(key.verifying_key());
+        Ok(SigningKey {
+            key: Key::Secp256k1(Box::new(key)),
+            address,
+        })
     }
 
     /// A key derived from a seed, for tests and the simulator (never for real funds).
     pub fn from_seed(seed: u64) -> Self {
         let mut counter = 0u64;
         loop {
-            let mut material = seed.to_le_bytes().to_vec();
-            material.extend_from_slice(&counter.to_le_bytes());
-            if let Ok(k) = Self::from_bytes(&keccak256(&material).0) {
+            if let Ok(k) = Self::from_bytes(&keccak256(seed_material(seed, counter)).0) {
                 return k;
             }
             // Only ~2^-128 of hashes are out of range; try the next one.
@@ -92,16 +150,46 @@ impl SigningKey {
         }
     }
 
-    pub fn address(&self) -> Address {
-        Address::from_public_key(self.0.verifying_key())
+    /// The [`Scheme::Simulated`] identity of `from_seed(seed)`: the same address, nothing
+    /// secret. Same addresses mean a simulation runs the same under either scheme (they
+    /// order bids, verifier lists and ties), only cheaper.
+    pub fn simulated(seed: u64) -> Self {
+        SigningKey {
+            key: Key::Simulated,
+            address: Self::from_seed(seed).address,
+        }
     }
 
-    /// Signs a 32-byte digest, returning a low-s signature with v = 27/28.
+    pub fn scheme(&self) -> Scheme {
+        match self.key {
+            Key::Secp256k1(_) => Scheme::Secp256k1,
+            Key::Simulated => Scheme::Simulated,
+        }
+    }
+
+    pub fn address(&self) -> Address {
+        self.address
+    }
+
+    /// Signs a 32-byte digest, returning a low-s signature with v = 27/28 (secp256k1).
     pub fn sign_digest(&self, digest: &B256) -> Sig65 {
+        self.sign_with(|| *digest)
+    }
+
+    /// Signs the digest `digest` computes, computing it only where the scheme needs it.
+    pub fn sign_with(&self, digest: impl FnOnce() -> B256) -> Sig65 {
+        let key = match &self.key {
+            Key::Secp256k1(key) => key,
+            Key::Simulated => {
+                let mut out = [0u8; 65];
+                out[..20].copy_from_slice(self.address.as_slice());
+                out[64] = SIMULATED_V;
+                return Sig65(out);
+            }
+        };
         // k256 signs any 32-byte prehash; failure would mean a broken key, which from_bytes rules out.
-        let (sig, recid) = self
-            .0
-            .sign_prehash_recoverable(digest.as_slice())
+        let (sig, recid) = key
+            .sign_prehash_recoverable(digest().as_slice())
             .expect("signing a 32-byte prehash with a valid key cannot fail");
         let (sig, flip) = match sig.normalize_s() {
             Some(low) => (low, true),
@@ -113,6 +201,13 @@ impl SigningKey {
         out[64] = 27 + u8::from(parity);
         Sig65(out)
     }
+}
+
+fn seed_material(seed: u64, counter: u64) -> [u8; 16] {
+    let mut material = [0u8; 16];
+    material[..8].copy_from_slice(&seed.to_le_bytes());
+    material[8..].copy_from_slice(&counter.to_le_bytes());
+    material
 }
 
 /// Recoveries remembered per thread. In the node one gossip message is checked by the
@@ -231,6 +326,44 @@ mod tests {
         twin.0[32..64].copy_from_slice(&(n - parsed.s()).to_be_bytes::<32>());
         twin.0[64] = if sig.0[64] == 27 { 28 } else { 27 };
         assert_eq!(recover_signer(&digest, &twin), Err(SignatureError::HighS));
+    }
+
+    #[test]
+    fn schemes_do_not_accept_each_others_signatures() {
+        let digest = keccak256(b"scheme");
+        let real = SigningKey::from_seed(3);
+        let sim = SigningKey::simulated(3);
+        assert_eq!(real.scheme(), Scheme::Secp256k1);
+        assert_eq!(sim.scheme(), Scheme::Simulated);
+        assert_eq!(real.address(), sim.address());
+        let real_sig = real.sign_digest(&digest);
+        let sim_sig = sim.sign_digest(&digest);
+        assert_eq!(
+            Scheme::Secp256k1.recover(|| digest, &real_sig),
+            Ok(real.address())
+        );
+        assert_eq!(
+            Scheme::Simulated.recover(|| digest, &sim_sig),
+            Ok(sim.address())
+        );
+        // The wire's scheme refuses a simulated signature; a simulated machine refuses a real one.
+        assert_eq!(
+            Scheme::Secp256k1.recover(|| digest, &sim_sig),
+            Err(SignatureError::BadV)
+        );
+        assert!(Scheme::Simulated.recover(|| digest, &real_sig).is_err());
+        let mut padded = sim_sig;
+        padded.0[40] = 1;
+        assert_eq!(
+            Scheme::Simulated.recover(|| digest, &padded),
+            Err(SignatureError::Unrecoverable)
+        );
+        // A simulated signature never computes the digest.
+        let sig = sim.sign_with(|| unreachable!("the simulated scheme needs no digest"));
+        assert_eq!(
+            Scheme::Simulated.recover(|| unreachable!("nor to check one"), &sig),
+            Ok(sim.address())
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use crate::eip712::EscrowDomain;
 use crate::messages::SignatureCheck;
+use crate::signing::Scheme;
 use crate::wire::{MAX_MESSAGE_SIZE, Message, WireError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -98,11 +99,12 @@ fn sig(result: Result<(), SignatureCheck>) -> Result<(), RejectReason> {
     result.map_err(|_| RejectReason::BadSignature)
 }
 
-/// Stateless checks of an already decoded message: signatures and internal consistency.
-pub fn check_message(msg: &Message, domain: &EscrowDomain) -> Verdict {
+/// Stateless checks of an already decoded message: signatures (under `scheme`, the checking
+/// machine's own; see [`Scheme`]) and internal consistency.
+pub fn check_message(msg: &Message, domain: &EscrowDomain, scheme: Scheme) -> Verdict {
     let result = match msg {
-        Message::NodeHello(m) => sig(m.check_signature()),
-        Message::JobOffer(m) => sig(m.check_signature()).and_then(|()| {
+        Message::NodeHello(m) => sig(m.check_signature(scheme)),
+        Message::JobOffer(m) => sig(m.check_signature(scheme)).and_then(|()| {
             let quorum_ok = m.quorum >= 1 && usize::from(m.quorum) <= m.verifiers.len();
             if m.spec.check().is_ok() && quorum_ok && m.next_epoch >= 1 {
                 Ok(())
@@ -110,20 +112,69 @@ pub fn check_message(msg: &Message, domain: &EscrowDomain) -> Verdict {
                 Err(RejectReason::InvalidOffer)
             }
         }),
-        Message::Bid(m) => sig(m.check_signature(domain)),
-        Message::Heartbeat(m) => sig(m.check_signature()),
-        Message::CheckpointAnnounce(m) => sig(m.check_signature()).and_then(|()| {
+        Message::Bid(m) => sig(m.check_signature(domain, scheme)),
+        Message::Heartbeat(m) => sig(m.check_signature(scheme)),
+        Message::CheckpointAnnounce(m) => sig(m.check_signature(scheme)).and_then(|()| {
             if m.commitment_is_consistent() {
                 Ok(())
             } else {
                 Err(RejectReason::InvalidCommitment)
             }
         }),
-        Message::Vote(m) => sig(m.check_signature(domain)),
+        Message::Vote(m) => sig(m.check_signature(domain, scheme)),
     };
     match result {
         Ok(()) => Verdict::Accept,
         Err(r) => Verdict::Reject(r),
+    }
+}
+
+/// A message that passed the stateless checks ([`check_message`]) under one escrow domain
+/// and signature scheme. The role machines act on these (`StateMachine::handle_checked`), so
+/// a message checked once — by the node for all of its roles, by the simulator for all of a
+/// publication's receivers — is not checked again by each machine. Only [`Checked::new`]
+/// makes one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    message: Message,
+    domain: EscrowDomain,
+    scheme: Scheme,
+}
+
+impl Checked {
+    pub fn new(
+        message: Message,
+        domain: &EscrowDomain,
+        scheme: Scheme,
+    ) -> Result<Checked, Verdict> {
+        match check_message(&message, domain, scheme) {
+            Verdict::Accept => Ok(Checked {
+                message,
+                domain: *domain,
+                scheme,
+            }),
+            other => Err(other),
+        }
+    }
+
+    pub fn message(&self) -> &Message {
+        &self.message
+    }
+
+    pub fn into_message(self) -> Message {
+        self.message
+    }
+
+    /// Whether the message passes the checks a machine with this domain and scheme makes:
+    /// at once when it was checked under them, otherwise checked again.
+    pub fn check_for(&self, domain: &EscrowDomain, scheme: Scheme) -> Result<(), Verdict> {
+        if self.domain == *domain && self.scheme == scheme {
+            return Ok(());
+        }
+        match check_message(&self.message, domain, scheme) {
+            Verdict::Accept => Ok(()),
+            other => Err(other),
+        }
     }
 }
 
@@ -133,7 +184,8 @@ pub fn decode_validated(bytes: &[u8], domain: &EscrowDomain) -> Result<Message, 
         return Err(Verdict::Reject(RejectReason::Oversized));
     }
     let msg = Message::decode(bytes).map_err(|e| Verdict::Reject((&e).into()))?;
-    match check_message(&msg, domain) {
+    // Bytes come from the network: only real signatures.
+    match check_message(&msg, domain, Scheme::Secp256k1) {
         Verdict::Accept => Ok(msg),
         other => Err(other),
     }

@@ -16,13 +16,13 @@ use alloy_primitives::Address;
 
 use crate::chain::ChainEvent;
 use crate::eip712::EscrowDomain;
-use crate::io::{Input, Notice, Output, SpotStep, StateMachine};
+use crate::io::{Input, Notice, Output, Passed, SpotStep, StateMachine};
 use crate::messages::{CheckpointAnnounce, JobOffer, Vote};
-use crate::signing::{Sig65, SigningKey};
+use crate::signing::{Scheme, Sig65, SigningKey};
 use crate::time::Time;
 use crate::topics::job_topic;
 use crate::types::{Epoch, Hash, JobId, Step};
-use crate::validation::{IgnoreReason, RejectReason, Verdict, check_message};
+use crate::validation::{IgnoreReason, RejectReason, Verdict};
 use crate::wire::Message;
 
 /// Announcements held while an earlier checkpoint is being verified; more is a flood.
@@ -450,11 +450,11 @@ impl Verifier {
 }
 
 impl StateMachine for Verifier {
-    fn handle_message(&mut self, _now: Time, msg: &Message) -> Verdict {
-        let stateless = check_message(msg, &self.config.domain);
-        if !stateless.is_accept() {
-            return stateless;
-        }
+    fn checks_under(&self) -> (EscrowDomain, Scheme) {
+        (self.config.domain, self.key.scheme())
+    }
+
+    fn on_checked(&mut self, _now: Time, msg: &Message, _: Passed) -> Verdict {
         match msg {
             Message::CheckpointAnnounce(a) => self.on_announce(a),
             Message::JobOffer(o) => self.on_offer(o),

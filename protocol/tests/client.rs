@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::*;
 use gpuchain_protocol::chain::{ChainTx, EpochEndReason};
 use gpuchain_protocol::client::{JobParams, Phase};
+use gpuchain_protocol::signing::Scheme;
 use gpuchain_protocol::topics::{JOBS_TOPIC, job_topic};
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{
@@ -97,7 +98,7 @@ fn create_job_submits_create_then_offers_on_job_created() {
     let offer = offer.expect("an offer on the jobs topic");
     assert_eq!(offer.next_epoch, 1);
     assert_eq!(offer.spec.spec_hash(), spec().spec_hash());
-    assert_eq!(offer.check_signature(), Ok(()));
+    assert_eq!(offer.check_signature(Scheme::Secp256k1), Ok(()));
     assert_eq!(c.poll_timeout(), Some(t(500)));
 }
 

@@ -6,7 +6,7 @@
 use std::str::FromStr;
 
 use gpuchain_protocol::eip712::{BidFields, EscrowDomain, VoteFields};
-use gpuchain_protocol::signing::{Sig65, SigningKey, recover_signer};
+use gpuchain_protocol::signing::{Scheme, Sig65, SigningKey, recover_signer};
 use gpuchain_protocol::{Address, B256, U256};
 use serde_json::Value;
 
@@ -71,7 +71,9 @@ fn bid_digest_recovery_and_signing_match() {
         "the bid is signed by its provider"
     );
     assert_eq!(
-        fields.recover(&d, &sig(&b["signature"])).unwrap(),
+        fields
+            .recover(&d, Scheme::Secp256k1, &sig(&b["signature"]))
+            .unwrap(),
         fields.provider
     );
     assert_eq!(fields.sign(&d, &k), sig(&b["signature"]));
@@ -118,7 +120,9 @@ fn vector_signatures_do_not_verify_under_another_domain() {
         expiry: m["expiry"].as_u64().unwrap(),
     };
     assert_ne!(
-        fields.recover(&d, &sig(&b["signature"])).ok(),
+        fields
+            .recover(&d, Scheme::Secp256k1, &sig(&b["signature"]))
+            .ok(),
         Some(fields.provider)
     );
 }

@@ -11,7 +11,7 @@ use common::*;
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason};
 use gpuchain_protocol::eip712::{BidFields, VoteFields};
 use gpuchain_protocol::io::QualityReport;
-use gpuchain_protocol::signing::SigningKey;
+use gpuchain_protocol::signing::{Scheme, SigningKey};
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{
     Client, ClientConfig, Hash, Input, Output, Provider, ProviderConfig, StateMachine, U256,
@@ -473,13 +473,13 @@ proptest! {
                     | ChainTx::RejectCheckpoint { epoch, step, checkpoint_hash, sigs, .. } => {
                         prop_assert!(sigs.len() >= 2);
                         let fields = VoteFields { job_id: job(), epoch, step, checkpoint_hash, accept };
-                        let signers: Vec<_> = sigs.iter().map(|s| fields.recover(&domain(), s).unwrap()).collect();
+                        let signers: Vec<_> = sigs.iter().map(|s| fields.recover(&domain(), Scheme::Secp256k1, s).unwrap()).collect();
                         prop_assert!(signers.windows(2).all(|w| w[0] < w[1]));
                         prop_assert!(signers.iter().all(|s| listed.contains(s)));
                     }
                     ChainTx::Assign { provider, price_per_step, bid_expiry, bid_signature, .. } => {
                         let fields = BidFields { job_id: job(), epoch: epoch_before + 1, provider, price_per_step, expiry: bid_expiry };
-                        prop_assert_eq!(fields.recover(&domain(), &bid_signature), Ok(provider));
+                        prop_assert_eq!(fields.recover(&domain(), Scheme::Secp256k1, &bid_signature), Ok(provider));
                         prop_assert!(price_per_step <= U256::from(MAX_PRICE));
                     }
                     _ => {}

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use gpuchain_protocol::chain::{ChainEvent, EpochEndReason};
 use gpuchain_protocol::io::Output;
-use gpuchain_protocol::signing::SigningKey;
+use gpuchain_protocol::signing::{Scheme, SigningKey};
 use gpuchain_protocol::topics::job_topic;
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{
@@ -54,7 +54,7 @@ fn bids_on_fitting_offers_only() {
     let Message::Bid(b) = &published(&outs)[0] else {
         unreachable!()
     };
-    assert_eq!(b.check_signature(&domain()), Ok(()));
+    assert_eq!(b.check_signature(&domain(), Scheme::Secp256k1), Ok(()));
     assert_eq!(b.expiry, BLOCK_TIME + 600);
     // The same offer again does not produce a second bid.
     fits.handle_message(t(2), &offer(&k, 1));
@@ -139,7 +139,7 @@ fn heartbeats_follow_the_period_and_report_progress() {
         panic!("{outs:?}")
     };
     assert_eq!((h.seq, h.step, h.loss), (2, 1, 2.3));
-    assert_eq!(h.check_signature(), Ok(()));
+    assert_eq!(h.check_signature(Scheme::Secp256k1), Ok(()));
     // A result from another epoch does not leak into the heartbeat.
     p.handle_input(
         t(210),
@@ -193,7 +193,7 @@ fn checkpoints_are_announced_with_their_parent_and_commitment() {
     assert_eq!((anns[1].parent_step, anns[1].step), (50, 100));
     assert!(
         anns.iter()
-            .all(|a| a.commitment_is_consistent() && a.check_signature().is_ok())
+            .all(|a| a.commitment_is_consistent() && a.check_signature(Scheme::Secp256k1).is_ok())
     );
 }
 

@@ -18,7 +18,7 @@ use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
 use gpuchain_protocol::client::JobParams;
 use gpuchain_protocol::eip712::{BidFields, VoteFields};
 use gpuchain_protocol::io::QualityReport;
-use gpuchain_protocol::signing::{Sig65, SigningKey};
+use gpuchain_protocol::signing::{Scheme, Sig65, SigningKey};
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{
     Address, Client, ClientConfig, Hash, Input, Notice, Output, Provider, ProviderConfig,
@@ -78,7 +78,9 @@ impl Escrow {
         };
         let mut last = Address::ZERO;
         for s in sigs {
-            let who = fields.recover(&domain(), s).map_err(|e| e.to_string())?;
+            let who = fields
+                .recover(&domain(), Scheme::Secp256k1, s)
+                .map_err(|e| e.to_string())?;
             if who <= last || !self.verifiers.contains(&who) {
                 return Err("unsorted, repeated or unlisted signer".into());
             }
@@ -109,7 +111,7 @@ impl Escrow {
                     price_per_step,
                     expiry: bid_expiry,
                 };
-                if fields.recover(&domain(), &bid_signature) != Ok(provider) {
+                if fields.recover(&domain(), Scheme::Secp256k1, &bid_signature) != Ok(provider) {
                     return Err("bad bid signature".into());
                 }
                 let mut events = vec![];

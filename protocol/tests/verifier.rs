@@ -9,7 +9,7 @@ use common::*;
 use gpuchain_protocol::chain::EpochEndReason;
 use gpuchain_protocol::eip712::VoteFields;
 use gpuchain_protocol::io::{Output, QualityReport, SpotStep};
-use gpuchain_protocol::signing::SigningKey;
+use gpuchain_protocol::signing::{Scheme, SigningKey};
 use gpuchain_protocol::verifier::spot_check_steps;
 use gpuchain_protocol::wire::{Message, Vote};
 use gpuchain_protocol::{
@@ -126,7 +126,12 @@ fn passing_checkpoint_is_fetched_tested_and_voted_accept() {
     assert_eq!(vs.len(), 1);
     assert!(vs[0].accept);
     assert_eq!(
-        VoteFields::recover(&vs[0].fields(), &domain(), &vs[0].signature),
+        VoteFields::recover(
+            &vs[0].fields(),
+            &domain(),
+            Scheme::Secp256k1,
+            &vs[0].signature
+        ),
         Ok(k.v1.address())
     );
     assert_eq!(v.head(job()), Some((50, ckpt(0xa, 50))));

@@ -7,12 +7,15 @@ use std::collections::BTreeMap;
 
 use ciborium::Value;
 use gpuchain_protocol::eip712::EscrowDomain;
+use gpuchain_protocol::io::StateMachine;
 use gpuchain_protocol::messages::state_root;
-use gpuchain_protocol::signing::{Sig65, SigningKey};
+use gpuchain_protocol::signing::{Scheme, Sig65, SigningKey};
 use gpuchain_protocol::spec::{HyperParams, JobSpec, ModelKind, QualityThresholds};
-use gpuchain_protocol::validation::{RejectReason, Verdict, decode_validated, validate_message};
+use gpuchain_protocol::validation::{
+    Checked, RejectReason, Verdict, check_message, decode_validated, validate_message,
+};
 use gpuchain_protocol::wire::*;
-use gpuchain_protocol::{Address, Hash, U256};
+use gpuchain_protocol::{Address, Hash, Time, U256};
 use proptest::prelude::*;
 
 fn domain() -> EscrowDomain {
@@ -512,4 +515,69 @@ fn announce_with_extreme_steps_is_refused_not_a_panic() {
         validate_message(&bytes, &domain()),
         Verdict::Reject(RejectReason::InvalidCommitment)
     );
+}
+
+/// A simulated signature (the simulator's cheap scheme) names its signer and proves nothing:
+/// bytes from the network are always judged as secp256k1, so one is refused there; a machine
+/// judges under its own key's scheme, so a simulated machine refuses a real signature too.
+#[test]
+fn simulated_signatures_are_refused_off_the_simulator() {
+    let sim = SigningKey::simulated(4);
+    let real = SigningKey::from_seed(4);
+    let heartbeat = |key: &SigningKey| {
+        Heartbeat {
+            job_id: U256::from(7),
+            epoch: 1,
+            provider: Address::ZERO,
+            seq: 3,
+            step: 10,
+            loss: 0.5,
+            signature: Sig65::ZERO,
+        }
+        .sign(key)
+    };
+    let simulated = Message::Heartbeat(heartbeat(&sim));
+    let genuine = Message::Heartbeat(heartbeat(&real));
+    assert_eq!(
+        validate_message(&simulated.encode(), &domain()),
+        Verdict::Reject(RejectReason::BadSignature)
+    );
+    assert_eq!(
+        validate_message(&genuine.encode(), &domain()),
+        Verdict::Accept
+    );
+    assert_eq!(
+        check_message(&simulated, &domain(), Scheme::Simulated),
+        Verdict::Accept
+    );
+    assert_eq!(
+        check_message(&genuine, &domain(), Scheme::Simulated),
+        Verdict::Reject(RejectReason::BadSignature)
+    );
+    // Under the simulated scheme the claimed signer must still be the signer.
+    let Message::Heartbeat(mut impostor) = simulated.clone() else {
+        unreachable!()
+    };
+    impostor.provider = SigningKey::simulated(5).address();
+    assert_eq!(
+        check_message(&Message::Heartbeat(impostor), &domain(), Scheme::Simulated),
+        Verdict::Reject(RejectReason::BadSignature)
+    );
+
+    // A proof of checking made under another scheme proves nothing to a machine: it checks
+    // again under its own, so a real client refuses what a simulated check let through.
+    let checked = Checked::new(simulated, &domain(), Scheme::Simulated).expect("passes its checks");
+    let mut client = gpuchain_protocol::Client::new(
+        gpuchain_protocol::ClientConfig::new(domain()),
+        SigningKey::from_seed(9),
+    );
+    assert_eq!(
+        client.handle_checked(Time::from_millis(1), &checked),
+        Verdict::Reject(RejectReason::BadSignature)
+    );
+    let genuine = Checked::new(genuine, &domain(), Scheme::Secp256k1).expect("passes its checks");
+    assert!(!matches!(
+        client.handle_checked(Time::from_millis(1), &genuine),
+        Verdict::Reject(_)
+    ));
 }

@@ -20,8 +20,9 @@ use gpuchain_contracts::chain::{Batch, ChainClient};
 use gpuchain_protocol::client::{ClientConfig, JobParams, JobStatus};
 use gpuchain_protocol::detector::DetectorConfig;
 use gpuchain_protocol::{
-    Address, ChainEvent, Client, Hash, Input, JobId, JobSpec, Message, Notice, Output, Provider,
-    ProviderConfig, SigningKey, StateMachine, Time, TxId, U256, Verifier, VerifierConfig,
+    Address, ChainEvent, Checked, Client, EscrowDomain, Hash, Input, JobId, JobSpec, Message,
+    Notice, Output, Provider, ProviderConfig, Scheme, SigningKey, StateMachine, Time, TxId, U256,
+    Verifier, VerifierConfig,
 };
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -129,6 +130,9 @@ impl Ctx {
 
 pub struct RoleRuntime {
     origin: Instant,
+    /// What gossip is checked under before the machines see it: the escrow and the key's scheme.
+    domain: EscrowDomain,
+    scheme: Scheme,
     client: Option<Client>,
     provider: Option<Provider>,
     verifier: Option<Verifier>,
@@ -210,6 +214,8 @@ impl RoleRuntime {
         };
         let mut rt = Self {
             origin,
+            domain,
+            scheme: config.key.scheme(),
             client,
             provider,
             verifier,
@@ -344,15 +350,25 @@ impl RoleRuntime {
                     Message::CheckpointAnnounce(a) => self.verify.remember_announce(a),
                     _ => {}
                 }
+                // Checked once for every role here (the gossip validator checked the bytes;
+                // this is the machines' proof of it). Each role has the node's key and
+                // escrow, so none checks it again.
+                let checked = match Checked::new(msg.clone(), &self.domain, self.scheme) {
+                    Ok(c) => c,
+                    Err(verdict) => {
+                        tracing::debug!(?verdict, "gossip message refused by the role checks");
+                        return;
+                    }
+                };
                 let mut client_verdict = None;
                 if let Some(c) = self.client.as_mut() {
-                    client_verdict = Some(c.handle_message(now, &msg));
+                    client_verdict = Some(c.handle_checked(now, &checked));
                 }
                 if let Some(p) = self.provider.as_mut() {
-                    p.handle_message(now, &msg);
+                    p.handle_checked(now, &checked);
                 }
                 if let Some(v) = self.verifier.as_mut() {
-                    v.handle_message(now, &msg);
+                    v.handle_checked(now, &checked);
                 }
                 // The client's view of liveness, for the run record: heartbeats of its own
                 // jobs that it took.
