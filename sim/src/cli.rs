@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::SimConfig;
 use crate::{SimError, presets};
@@ -99,6 +100,11 @@ pub fn run_cli(cmd: SimCommand) -> Result<()> {
     }
 }
 
+fn style(template: &str) -> ProgressStyle {
+    // The templates are constants of this file; a bad one is a bug caught by the CLI test.
+    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
 fn run_args(args: RunArgs) -> Result<()> {
     let mut cfg = load(&args.target)?;
     if args.calls.is_some() {
@@ -110,9 +116,38 @@ fn run_args(args: RunArgs) -> Result<()> {
         Some("stand-in") => cfg.driver = crate::config::DriverKind::StandIn,
         Some(other) => bail!("--driver must be `protocol` or `stand-in`, not `{other}`"),
     }
-    for seed in args.seed..args.seed.saturating_add(args.seeds.max(1)) {
+    let seeds = args.seed..args.seed.saturating_add(args.seeds.max(1));
+    // One run: simulated time as it passes. Many: seeds done. Drawn on stderr only when it
+    // is a terminal, so reports piped or captured stay clean.
+    let bar = if seeds.end - seeds.start > 1 {
+        let bar = ProgressBar::new(seeds.end - seeds.start);
+        bar.set_style(style("{bar:30} {pos}/{len} seeds {elapsed_precise} {msg}"));
+        bar
+    } else {
+        let bar = ProgressBar::new(cfg.duration_s.ceil() as u64);
+        bar.set_style(style(
+            "{bar:30} simulated {pos}/{len} s ({percent}%) {elapsed_precise} {msg}",
+        ));
+        bar
+    };
+    let single = seeds.end - seeds.start == 1;
+    for seed in seeds {
         let started = Instant::now();
-        let outcome = match crate::run(cfg.clone(), seed) {
+        let mut sim = crate::Sim::new(cfg.clone(), seed).map_err(crate::SimError::from)?;
+        if single {
+            let b = bar.clone();
+            sim = sim.on_progress(move |now, _, events| {
+                b.set_position(now as u64);
+                b.set_message(format!("{events} events"));
+            });
+        }
+        let result = sim.run();
+        if single {
+            bar.finish_and_clear();
+        } else {
+            bar.inc(1);
+        }
+        let outcome = match result {
             Ok(o) => o,
             Err(e @ SimError::Checker { .. }) => {
                 // A smaller failing case, when one is found in a few dozen runs.

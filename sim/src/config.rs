@@ -116,6 +116,10 @@ pub struct ProtocolConfig {
     pub reannounce_ms: u64,
     /// Provider stake, token units (also the escrow's minStake).
     pub stake: u128,
+    /// How the protocol machines sign (protocol driver): `secp256k1`, what the node does,
+    /// or `simulated`, signatures that name their signer and cost nothing, for runs where
+    /// secp256k1 would be nearly all the work (`gpuchain_protocol::signing::Scheme`).
+    pub signatures: gpuchain_protocol::signing::Scheme,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -273,6 +277,7 @@ impl Default for ProtocolConfig {
             decision_timeout_ms: 60_000,
             reannounce_ms: 5_000,
             stake: 10 * USDC,
+            signatures: gpuchain_protocol::signing::Scheme::Secp256k1,
         }
     }
 }

@@ -5,8 +5,9 @@
 //! as `Input::Chain`, and the trainer, blob store and verifier runners are answered from the
 //! training model and each checkpoint's ground truth.
 //!
-//! Real signatures are made and verified on every message (secp256k1 in the protocol crate),
-//! which is what bounds this driver's speed: the run's report counts them (`signatures`).
+//! Every message is signed and checked, under `protocol.signatures`: secp256k1 as in the node
+//! (what bounds this driver's speed in large runs), or the protocol crate's simulated scheme,
+//! which keeps every check and drops the curve. The run's report counts them (`signatures`).
 //!
 //! What reaches whom, at scale (see README.md, "The protocol driver at scale"): an offer on the
 //! jobs topic reaches `offer_fanout` random subscribers (the stand-ins' mesh assumption); a
@@ -21,8 +22,9 @@ use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
 use gpuchain_protocol::eip712::{BidFields, EscrowDomain, VoteFields};
 use gpuchain_protocol::io::{Input, Notice, Output, QualityReport, StateMachine};
 use gpuchain_protocol::messages::{DeviceKind, Hardware};
-use gpuchain_protocol::signing::SigningKey;
+use gpuchain_protocol::signing::{Scheme, SigningKey};
 use gpuchain_protocol::spec::JobSpec;
+use gpuchain_protocol::validation::Checked;
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{Address, B256, Time, U256};
 
@@ -64,12 +66,18 @@ struct TrainRun {
 
 pub struct Driver {
     pub machines: Vec<Option<Machine>>,
+    /// Each node's key, kept for a restarted process (deriving one is a curve multiplication).
+    keys: Vec<SigningKey>,
     addresses: Vec<Address>,
     nodes: BTreeMap<Address, NodeId>,
-    subs: BTreeMap<String, BTreeSet<NodeId>>,
+    /// Subscribers per topic (looked up on every publication; never iterated in an order
+    /// that matters, so a hash map).
+    subs: HashMap<String, BTreeSet<NodeId>>,
     to_id: HashMap<B256, Hash>,
     to_b256: HashMap<Hash, B256>,
     domain: EscrowDomain,
+    /// How the machines sign; the escrow model recovers bid and vote signers under it too.
+    scheme: Scheme,
     /// Armed `poll_timeout` per node, so a node has one pending poll at a time.
     armed: Vec<Option<Millis>>,
     tx_ids: HashMap<u64, (NodeId, TxId)>,
@@ -88,13 +96,17 @@ pub struct Driver {
     pub crypto: CryptoCounts,
 }
 
-/// Signatures made and recovered, by message kind: what the protocol driver's speed is spent on.
+/// Signatures made and checked, and messages delivered, by message kind: what the protocol
+/// driver's speed is spent on.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct CryptoCounts {
-    /// Messages published by the machines, each signed once by its sender (secp256k1 sign).
+    /// How they were made and checked (`protocol.signatures`).
+    pub scheme: Scheme,
+    /// Messages published by the machines: each signed once by its sender and checked once
+    /// (`Checked`) for all of its receivers, as a node checks a message once for its roles.
     pub signed: BTreeMap<&'static str, u64>,
-    /// Messages handed to a machine, each checked in its `handle_message` (one recovery).
-    pub recovered: BTreeMap<&'static str, u64>,
+    /// Checked messages handed to a machine.
+    pub delivered: BTreeMap<&'static str, u64>,
     /// Bid and vote signatures recovered for the escrow model's `assign` and decisions.
     pub recovered_on_chain: u64,
 }
@@ -104,8 +116,9 @@ impl CryptoCounts {
         self.signed.values().sum()
     }
 
+    /// Signatures checked: one per publication, and the escrow model's.
     pub fn recoveries(&self) -> u64 {
-        self.recovered.values().sum::<u64>() + self.recovered_on_chain
+        self.signatures() + self.recovered_on_chain
     }
 }
 
@@ -142,27 +155,47 @@ fn job_u64(j: U256) -> Option<JobId> {
 
 /// What an honest trainer's state hash is at `step` (deterministic training).
 fn honest_state(job: JobId, step: Step) -> B256 {
-    let mut h = blake3::Hasher::new();
-    h.update(b"honest");
-    h.update(&job.to_le_bytes());
-    h.update(&step.to_le_bytes());
-    B256::from(*h.finalize().as_bytes())
+    model_hash(0x686f_6e65_7374, job, step, 0)
 }
 
 fn fabricated_state(job: JobId, step: Step, epoch: Epoch) -> B256 {
-    let mut h = blake3::Hasher::new();
-    h.update(b"fabricated");
-    h.update(&job.to_le_bytes());
-    h.update(&step.to_le_bytes());
-    h.update(&epoch.to_le_bytes());
-    B256::from(*h.finalize().as_bytes())
+    model_hash(0x6661_6272_6963, job, step, epoch)
+}
+
+/// A 256-bit value standing for a state hash in the training model: a function of its inputs
+/// that nothing mistakes for another's. Not a cryptographic hash: nothing in the model
+/// inverts it, and a trainer emits one per step (tens of millions a simulated day).
+fn model_hash(tag: u64, job: JobId, step: Step, epoch: Epoch) -> B256 {
+    fn mix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let seed = mix(mix(mix(tag) ^ job) ^ step) ^ epoch;
+    let mut out = [0u8; 32];
+    for (lane, chunk) in out.chunks_exact_mut(8).enumerate() {
+        chunk.copy_from_slice(
+            &mix(seed ^ (lane as u64).wrapping_mul(0xd6e8_feb8_6659_fd93)).to_le_bytes(),
+        );
+    }
+    B256::from(out)
+}
+
+/// Node `node`'s key: account `node + 1` (the differential test's anvil key `node + 1`).
+fn node_key(scheme: Scheme, node: NodeId) -> SigningKey {
+    let seed = u64::from(node) + 1;
+    match scheme {
+        Scheme::Secp256k1 => SigningKey::from_seed(seed),
+        Scheme::Simulated => SigningKey::simulated(seed),
+    }
 }
 
 impl Driver {
     pub fn new(w: &World) -> Driver {
         let n = (w.cfg.clients + w.cfg.providers + w.cfg.verifiers) as usize;
-        let keys: Vec<SigningKey> = (0..n)
-            .map(|i| SigningKey::from_seed(i as u64 + 1))
+        let keys: Vec<SigningKey> = (0..n as NodeId)
+            .map(|node| node_key(w.cfg.protocol.signatures, node))
             .collect();
         let addresses: Vec<Address> = keys.iter().map(|k| k.address()).collect();
         let nodes = addresses
@@ -176,12 +209,14 @@ impl Driver {
         };
         let mut d = Driver {
             machines: (0..n).map(|_| None).collect(),
+            keys: Vec::new(),
             addresses,
             nodes,
-            subs: BTreeMap::new(),
+            subs: HashMap::new(),
             to_id: HashMap::new(),
             to_b256: HashMap::new(),
             domain,
+            scheme: w.cfg.protocol.signatures,
             armed: vec![None; n],
             tx_ids: HashMap::new(),
             next_tag: 1,
@@ -190,8 +225,12 @@ impl Driver {
             followers: BTreeMap::new(),
             ended: HashMap::new(),
             gossip_rng: stream(w.seed, Purpose::Gossip, 0),
-            crypto: CryptoCounts::default(),
+            crypto: CryptoCounts {
+                scheme: w.cfg.protocol.signatures,
+                ..CryptoCounts::default()
+            },
         };
+        d.keys = keys.clone();
         for (i, key) in keys.into_iter().enumerate() {
             let node = i as NodeId;
             d.machines[i] = Some(d.fresh(w, node, key));
@@ -334,7 +373,12 @@ impl World {
                     subs.truncate(fanout);
                     subs.sort_unstable();
                 }
-                let msg = Box::new(message);
+                // Checked once for every receiver. A publication that fails the stateless
+                // checks would be refused by each receiver without effect: it goes nowhere.
+                let Ok(checked) = Checked::new(message, &d.domain, d.scheme) else {
+                    return;
+                };
+                let msg = std::rc::Rc::new(checked);
                 for to in subs {
                     self.send(node, to, Msg::Wire(msg.clone()));
                 }
@@ -628,7 +672,7 @@ impl World {
                 };
                 d.crypto.recovered_on_chain += 1;
                 let signer = fields
-                    .recover(&d.domain, &bid_signature)
+                    .recover(&d.domain, d.scheme, &bid_signature)
                     .ok()
                     .and_then(|a| d.node(&a))
                     .unwrap_or(unknown);
@@ -718,7 +762,7 @@ fn vote_sigs(
         sigs.iter()
             .map(|s| {
                 let signer = fields
-                    .recover(&d.domain, s)
+                    .recover(&d.domain, d.scheme, s)
                     .ok()
                     .and_then(|a| d.node(&a))
                     .unwrap_or(u32::MAX - 1);
@@ -737,21 +781,21 @@ fn vote_sigs(
 
 impl World {
     /// A gossip message reaches a node's machine.
-    pub fn drive_message(&mut self, to: NodeId, msg: &Message) {
+    pub fn drive_message(&mut self, to: NodeId, msg: &Checked) {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
         if d.machines[to as usize].is_none() {
             return;
         }
-        *d.crypto.recovered.entry(kind(msg)).or_default() += 1;
-        if let Message::JobOffer(o) = msg
+        *d.crypto.delivered.entry(kind(msg.message())).or_default() += 1;
+        if let Message::JobOffer(o) = msg.message()
             && let Some(job) = job_u64(o.job_id)
         {
             self.drive_look_up(to, job);
         }
         self.feed(to, |m, now| {
-            m.handle_message(now, msg);
+            m.handle_checked(now, msg);
         });
     }
 
@@ -823,9 +867,17 @@ impl World {
     pub fn drive_timer(&mut self, node: NodeId, timer: Timer) {
         match timer {
             Timer::Poll => {
-                if let Some(d) = self.driver.as_mut() {
-                    d.armed[node as usize] = None;
+                // A poll superseded by an earlier one is left in the queue; only the armed
+                // one runs. (Running stale ones re-armed a duplicate that then fired
+                // alongside the real one for the rest of the run.)
+                let Some(d) = self.driver.as_mut() else {
+                    return;
+                };
+                if d.armed[node as usize] != Some(self.now) {
+                    return;
                 }
+                d.armed[node as usize] = None;
+                self.report_progress(node);
                 self.feed(node, |m, now| m.handle_timeout(now));
             }
             Timer::CreateJob => self.drive_create_job(node),
@@ -865,35 +917,8 @@ impl World {
                 run.started = Some(now);
                 let (from, interval, until) = (run.from_step, run.interval, run.until);
                 self.training_started(job, node, from, now);
-                self.timer(
-                    node,
-                    self.cfg.protocol.heartbeat_ms,
-                    Timer::TrainTick { job, epoch },
-                );
                 let next = ((from / interval) + 1) * interval;
                 self.schedule_run_checkpoint(node, job, epoch, next.min(until));
-            }
-            Timer::TrainTick { job, epoch } => {
-                let Some(step) = self.run_progress(node, job, epoch) else {
-                    return;
-                };
-                let loss = training::loss_at(&self.cfg.job, step as f64) as f32;
-                self.feed(node, |m, now| {
-                    m.handle_input(
-                        now,
-                        Input::StepDone {
-                            job_id: job_u256(job),
-                            epoch,
-                            step,
-                            loss,
-                        },
-                    )
-                });
-                self.timer(
-                    node,
-                    self.cfg.protocol.heartbeat_ms,
-                    Timer::TrainTick { job, epoch },
-                );
             }
             Timer::CheckpointDue { job, epoch, step } => {
                 self.drive_checkpoint(node, job, epoch, step)
@@ -948,6 +973,37 @@ impl World {
                 });
             }
             _ => {}
+        }
+    }
+
+    /// The node's trainers report their step (`StepDone`) just before its machine's timer
+    /// runs, so the heartbeats it sends carry the step reached by then. The node's trainer
+    /// reports every step; the machine reads only the latest when it heartbeats, so
+    /// reporting at that moment is what it sees, without an event per report.
+    fn report_progress(&mut self, node: NodeId) {
+        let now = self.now_t();
+        let Some(d) = self.driver.as_ref() else {
+            return;
+        };
+        let reports: Vec<Input> = d
+            .training
+            .range((node, JobId::MIN)..=(node, JobId::MAX))
+            .filter_map(|(_, r)| {
+                let step = self.run_progress(node, r.job, r.epoch)?;
+                Some(Input::StepDone {
+                    job_id: job_u256(r.job),
+                    epoch: r.epoch,
+                    step,
+                    loss: training::loss_at(&self.cfg.job, step as f64) as f32,
+                })
+            })
+            .collect();
+        // Fed without draining: the handle_timeout that follows executes what they ask for
+        // and arms the one timer.
+        if let Some(Some(m)) = self.driver.as_mut().map(|d| &mut d.machines[node as usize]) {
+            for input in reports {
+                m.sm().handle_input(now, input);
+            }
         }
     }
 
@@ -1310,7 +1366,8 @@ impl World {
         let Some(mut d) = self.driver.take() else {
             return;
         };
-        let m = d.fresh(self, node, SigningKey::from_seed(u64::from(node) + 1));
+        let key = d.keys[node as usize].clone();
+        let m = d.fresh(self, node, key);
         d.machines[node as usize] = Some(m);
         self.driver = Some(d);
     }

@@ -91,6 +91,15 @@ impl Sim {
         })
     }
 
+    /// Calls `f` with (simulated seconds so far, simulated seconds in all, events so far)
+    /// every 65,536 events, for a progress display. It cannot change the run.
+    pub fn on_progress(mut self, mut f: impl FnMut(f64, f64, u64) + 'static) -> Sim {
+        self.world.progress = Some(Box::new(move |now, end, events| {
+            f(now as f64 / 1000.0, end as f64 / 1000.0, events)
+        }));
+        self
+    }
+
     /// Breaks the escrow model on purpose (checker tests).
     pub fn with_bugs(mut self, bugs: Bugs) -> Sim {
         self.world.escrow.bugs = bugs;

@@ -104,7 +104,7 @@ pub struct Report {
     pub tx_ok: BTreeMap<String, u64>,
     pub tx_failed: BTreeMap<String, u64>,
     pub timeline: Vec<String>,
-    /// Protocol driver only: signatures made and recovered, by message kind.
+    /// Protocol driver only: signatures made and checked, deliveries, by message kind.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signatures: Option<crate::drive::CryptoCounts>,
     /// Cumulative accepted steps over time (seconds), for the plot; not in the text.
@@ -312,12 +312,16 @@ impl Report {
             };
             let _ = writeln!(
                 s,
-                "signatures: {} made ({}); {} recovered ({}; bids and votes on chain {})",
+                "signatures ({}): {} made and checked ({}); {} bids and votes checked on chain; {} deliveries ({})",
+                match c.scheme {
+                    gpuchain_protocol::signing::Scheme::Secp256k1 => "secp256k1",
+                    gpuchain_protocol::signing::Scheme::Simulated => "simulated, free",
+                },
                 c.signatures(),
                 list(&c.signed),
-                c.recoveries(),
-                list(&c.recovered),
-                c.recovered_on_chain
+                c.recovered_on_chain,
+                c.delivered.values().sum::<u64>(),
+                list(&c.delivered)
             );
         }
         if !self.timeline.is_empty() {

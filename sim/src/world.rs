@@ -23,7 +23,8 @@ pub type NodeId = u32;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Msg {
     /// A protocol message, for the protocol-machine driver (`drive`).
-    Wire(Box<gpuchain_protocol::wire::Message>),
+    /// Shared by every delivery of one publication: receivers only read it.
+    Wire(std::rc::Rc<gpuchain_protocol::validation::Checked>),
     Offer {
         job: JobId,
         client: NodeId,
@@ -69,10 +70,6 @@ pub enum Timer {
         ok: bool,
     },
     TrainStart {
-        job: JobId,
-        epoch: Epoch,
-    },
-    TrainTick {
         job: JobId,
         epoch: Epoch,
     },
@@ -219,6 +216,11 @@ pub struct JobBook {
     pub last_accepted: Step,
 }
 
+/// Called now and then during a run with (now, end, events so far); reads only.
+const PROGRESS_EVERY: u64 = 1 << 16;
+
+pub type ProgressFn = Box<dyn FnMut(Millis, Millis, u64)>;
+
 pub struct World {
     pub cfg: SimConfig,
     pub seed: u64,
@@ -251,6 +253,7 @@ pub struct World {
     pub metrics: Metrics,
     pub checker: Checker,
     pub trace: Trace,
+    pub progress: Option<ProgressFn>,
     pub keep_timeline: bool,
     pub eager_heartbeats: bool,
     first_provider: NodeId,
@@ -342,6 +345,7 @@ impl World {
             metrics: Metrics::default(),
             checker: Checker::new(cfg.full_checks, (2 * cfg.chain.block_ms + 5_000) / 1000 + 1),
             trace: Trace::new(64),
+            progress: None,
             keep_timeline,
             eager_heartbeats: crate::network::max_latency_ms(&cfg.network)
                 < cfg.protocol.heartbeat_ms,
@@ -523,15 +527,14 @@ impl World {
     /// Runs until the end time or the first checker failure.
     pub fn run(&mut self) -> Result<(), Failure> {
         self.start();
-        while let Some(t) = self.queue.peek_time() {
-            if t > self.end {
-                break;
-            }
-            let Some((t, ev)) = self.queue.pop() else {
-                break;
-            };
+        while let Some((t, ev)) = self.queue.pop_until(self.end) {
             self.now = t;
             self.metrics.events += 1;
+            if self.metrics.events.is_multiple_of(PROGRESS_EVERY)
+                && let Some(p) = self.progress.as_mut()
+            {
+                p(self.now, self.end, self.metrics.events);
+            }
             let chain_changed = matches!(ev, Event::Block);
             self.dispatch(ev);
             let mut checker = std::mem::take(&mut self.checker);

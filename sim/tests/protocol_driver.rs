@@ -1,6 +1,7 @@
 //! The protocol crate's own role machines, driven by the simulator, tell the presets' stories:
 //! what the sim shows with them holds for the node binary, which runs the same code.
 
+use gpuchain_protocol::signing::Scheme;
 use gpuchain_sim::config::{DriverKind, USDC};
 use gpuchain_sim::{presets, run};
 
@@ -31,6 +32,34 @@ fn nov4_with_the_protocol_machines() {
         "{}",
         r.to_text()
     );
+}
+
+/// The simulated signature scheme (what large runs use) changes what a run costs, not what
+/// happens in it: the same seed gives the same report as with secp256k1, signature counts
+/// included, under faults (loss, partitions, churn, every cheat).
+#[test]
+fn simulated_signatures_change_nothing_but_the_cost() {
+    for seed in [1, 2, 3] {
+        let real = presets::faults_protocol();
+        assert_eq!(real.protocol.signatures, Scheme::Secp256k1);
+        let mut simulated = real.clone();
+        simulated.protocol.signatures = Scheme::Simulated;
+        let a = run(real, seed).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = run(simulated, seed).unwrap_or_else(|e| panic!("{e}"));
+        let counts = b
+            .report
+            .signatures
+            .as_mut()
+            .expect("protocol driver counts signatures");
+        assert_eq!(counts.scheme, Scheme::Simulated);
+        assert!(
+            counts.signatures() > 100,
+            "seed {seed}: {}",
+            b.report.to_text()
+        );
+        counts.scheme = Scheme::Secp256k1;
+        assert_eq!(a.report.to_json(), b.report.to_json(), "seed {seed}");
+    }
 }
 
 #[test]
@@ -87,7 +116,7 @@ fn offers_reach_the_fanout_and_replay_identically() {
         .as_ref()
         .expect("protocol driver counts signatures");
     let offers = sig.signed.get("offer").copied().unwrap_or(0);
-    let delivered = sig.recovered.get("offer").copied().unwrap_or(0);
+    let delivered = sig.delivered.get("offer").copied().unwrap_or(0);
     assert!(offers > 0, "{}", r.to_text());
     // Each offer reaches at most the fanout, not the 40 providers on the jobs topic.
     assert!(delivered <= offers * 5, "{}", r.to_text());
@@ -95,4 +124,29 @@ fn offers_reach_the_fanout_and_replay_identically() {
     // Same seed, same report, with the random fanout.
     let again = run(cfg, 2).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(again.report.to_json(), r.to_json());
+}
+
+/// The 10,000-node preset runs on the protocol machines (simulated signatures): a few
+/// simulated minutes here, where every client has offered a job and most are training; the
+/// whole day is the scale bench.
+#[test]
+fn churn_10k_runs_on_the_protocol_machines() {
+    let mut cfg = presets::churn_10k();
+    assert_eq!(cfg.driver, DriverKind::Protocol);
+    cfg.duration_s = 180.0;
+    let out = run(cfg.clone(), 5).unwrap_or_else(|e| panic!("{e}"));
+    let r = &out.report;
+    let counts = r
+        .signatures
+        .as_ref()
+        .expect("protocol driver counts signatures");
+    assert_eq!(counts.scheme, Scheme::Simulated);
+    assert_eq!(r.jobs_created, u64::from(cfg.clients), "{}", r.to_text());
+    // Training under way: most jobs heartbeat once a second for most of the run.
+    let heartbeats = counts.signed.get("heartbeat").copied().unwrap_or(0);
+    assert!(
+        heartbeats > u64::from(cfg.clients) * 60,
+        "{heartbeats} heartbeats\n{}",
+        r.to_text()
+    );
 }
