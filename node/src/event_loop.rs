@@ -626,9 +626,9 @@ impl<V: GossipValidator> EventLoop<V> {
                         return;
                     }
                 }
-                let Some(msg) = decoded else { return };
+                let Some(checked) = decoded else { return };
                 let received_at_us = now_us();
-                let kind = kind_name(&msg);
+                let kind = kind_name(checked.message());
                 self.state.push_message(ReceivedMessage {
                     seq: 0,
                     topic: topic.clone(),
@@ -640,10 +640,10 @@ impl<V: GossipValidator> EventLoop<V> {
                     received_at_us,
                     data_hex: hex::encode(&message.data),
                 });
-                if self.roles_tx.is_some() && !matches!(msg, Message::NodeHello(_)) {
-                    self.send_to_roles(RoleEvent::Gossip(msg.clone()));
+                if self.roles_tx.is_some() && !matches!(checked.message(), Message::NodeHello(_)) {
+                    self.send_to_roles(RoleEvent::Gossip(Box::new(checked.clone())));
                 }
-                match msg {
+                match checked.into_message() {
                     Message::NodeHello(h) => {
                         if let Some(source) = message.source {
                             self.on_hello(source, h);

@@ -7,7 +7,7 @@
 //! message is on its topic, and that a hello speaks for the libp2p peer that signed it.
 
 use gpuchain_protocol::eip712::EscrowDomain;
-use gpuchain_protocol::validation::{self as pv, decode_validated};
+use gpuchain_protocol::validation::{self as pv, Checked, decode_validated};
 use libp2p::PeerId;
 
 use crate::topics::topic_for;
@@ -35,13 +35,14 @@ impl From<pv::Verdict> for Verdict {
 
 pub trait GossipValidator: Send + 'static {
     /// Judges one gossip payload. `source` is the signed author (gossipsub strict mode checked
-    /// the signature before we get here). Returns the decoded message when accepted.
+    /// the signature before we get here). Returns the decoded message when accepted, with
+    /// the protocol's proof of its stateless checks, which the role machines take as is.
     fn validate(
         &self,
         topic: &str,
         source: Option<&PeerId>,
         data: &[u8],
-    ) -> (Verdict, Option<Message>);
+    ) -> (Verdict, Option<Checked>);
 }
 
 #[derive(Debug, Clone)]
@@ -56,25 +57,26 @@ impl GossipValidator for StatelessValidator {
         topic: &str,
         source: Option<&PeerId>,
         data: &[u8],
-    ) -> (Verdict, Option<Message>) {
+    ) -> (Verdict, Option<Checked>) {
         if data.len() > MAX_MESSAGE_SIZE {
             return (Verdict::Reject("Oversized".into()), None);
         }
         let Some(source) = source else {
             return (Verdict::Reject("unsigned gossip message".into()), None);
         };
-        let msg = match decode_validated(data, &self.domain) {
-            Ok(m) => m,
+        let checked = match decode_validated(data, &self.domain) {
+            Ok(c) => c,
             Err(v) => return (v.into(), None),
         };
-        let expected = topic_for(&msg);
+        let msg = checked.message();
+        let expected = topic_for(msg);
         if expected != topic {
             return (
                 Verdict::Reject(format!("belongs on {expected}, sent on {topic}")),
                 None,
             );
         }
-        if let Message::NodeHello(h) = &msg {
+        if let Message::NodeHello(h) = msg {
             if h.peer_id != source.to_bytes() {
                 return (
                     Verdict::Reject(format!("NodeHello for another peer, signed by {source}")),
@@ -92,7 +94,7 @@ impl GossipValidator for StatelessValidator {
                 }
             }
         }
-        (Verdict::Accept, Some(msg))
+        (Verdict::Accept, Some(checked))
     }
 }
 

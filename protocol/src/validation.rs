@@ -178,17 +178,15 @@ impl Checked {
     }
 }
 
-/// Decodes and checks raw gossip bytes; the message comes back only when accepted.
-pub fn decode_validated(bytes: &[u8], domain: &EscrowDomain) -> Result<Message, Verdict> {
+/// Decodes and checks raw gossip bytes; the message comes back only when accepted, checked
+/// (so the node's roles do not check it again).
+pub fn decode_validated(bytes: &[u8], domain: &EscrowDomain) -> Result<Checked, Verdict> {
     if bytes.len() > MAX_MESSAGE_SIZE {
         return Err(Verdict::Reject(RejectReason::Oversized));
     }
     let msg = Message::decode(bytes).map_err(|e| Verdict::Reject((&e).into()))?;
     // Bytes come from the network: only real signatures.
-    match check_message(&msg, domain, Scheme::Secp256k1) {
-        Verdict::Accept => Ok(msg),
-        other => Err(other),
-    }
+    Checked::new(msg, domain, Scheme::Secp256k1)
 }
 
 /// The stateless verdict on raw gossip bytes, for the node's gossipsub validator.

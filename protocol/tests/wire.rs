@@ -441,7 +441,7 @@ fn validator_checks_signatures_and_commitments() {
     .sign(&key);
     let good = Message::CheckpointAnnounce(ann.clone()).encode();
     assert_eq!(
-        decode_validated(&good, &domain()),
+        decode_validated(&good, &domain()).map(Checked::into_message),
         Ok(Message::CheckpointAnnounce(ann.clone()))
     );
 

@@ -209,7 +209,7 @@ impl Driver {
         };
         let mut d = Driver {
             machines: (0..n).map(|_| None).collect(),
-            keys: Vec::new(),
+            keys: keys.clone(),
             addresses,
             nodes,
             subs: HashMap::new(),
@@ -230,7 +230,6 @@ impl Driver {
                 ..CryptoCounts::default()
             },
         };
-        d.keys = keys.clone();
         for (i, key) in keys.into_iter().enumerate() {
             let node = i as NodeId;
             d.machines[i] = Some(d.fresh(w, node, key));

@@ -216,9 +216,10 @@ pub struct JobBook {
     pub last_accepted: Step,
 }
 
-/// Called now and then during a run with (now, end, events so far); reads only.
+/// Events between two progress reports.
 const PROGRESS_EVERY: u64 = 1 << 16;
 
+/// Called now and then during a run with (now, end, events so far); reads only.
 pub type ProgressFn = Box<dyn FnMut(Millis, Millis, u64)>;
 
 pub struct World {

@@ -20,9 +20,8 @@ use gpuchain_contracts::chain::{Batch, ChainClient};
 use gpuchain_protocol::client::{ClientConfig, JobParams, JobStatus};
 use gpuchain_protocol::detector::DetectorConfig;
 use gpuchain_protocol::{
-    Address, ChainEvent, Checked, Client, EscrowDomain, Hash, Input, JobId, JobSpec, Message,
-    Notice, Output, Provider, ProviderConfig, Scheme, SigningKey, StateMachine, Time, TxId, U256,
-    Verifier, VerifierConfig,
+    Address, ChainEvent, Checked, Client, Hash, Input, JobId, JobSpec, Message, Notice, Output,
+    Provider, ProviderConfig, SigningKey, StateMachine, Time, TxId, U256, Verifier, VerifierConfig,
 };
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -36,7 +35,8 @@ pub const ROLE_QUEUE: usize = 4096;
 
 #[derive(Debug)]
 pub enum RoleEvent {
-    Gossip(Message),
+    /// Checked by the gossip validator; the machines take it without checking again.
+    Gossip(Box<Checked>),
     ConnectionClosed {
         address: Address,
     },
@@ -130,9 +130,6 @@ impl Ctx {
 
 pub struct RoleRuntime {
     origin: Instant,
-    /// What gossip is checked under before the machines see it: the escrow and the key's scheme.
-    domain: EscrowDomain,
-    scheme: Scheme,
     client: Option<Client>,
     provider: Option<Provider>,
     verifier: Option<Verifier>,
@@ -214,8 +211,6 @@ impl RoleRuntime {
         };
         let mut rt = Self {
             origin,
-            domain,
-            scheme: config.key.scheme(),
             client,
             provider,
             verifier,
@@ -344,22 +339,12 @@ impl RoleRuntime {
     fn on_event(&mut self, ev: RoleEvent) {
         let now = self.now();
         match ev {
-            RoleEvent::Gossip(msg) => {
-                match &msg {
+            RoleEvent::Gossip(checked) => {
+                match checked.message() {
                     Message::JobOffer(o) => self.ctx.library.remember_spec(&o.spec),
                     Message::CheckpointAnnounce(a) => self.verify.remember_announce(a),
                     _ => {}
                 }
-                // Checked once for every role here (the gossip validator checked the bytes;
-                // this is the machines' proof of it). Each role has the node's key and
-                // escrow, so none checks it again.
-                let checked = match Checked::new(msg.clone(), &self.domain, self.scheme) {
-                    Ok(c) => c,
-                    Err(verdict) => {
-                        tracing::debug!(?verdict, "gossip message refused by the role checks");
-                        return;
-                    }
-                };
                 let mut client_verdict = None;
                 if let Some(c) = self.client.as_mut() {
                     client_verdict = Some(c.handle_checked(now, &checked));
@@ -372,7 +357,7 @@ impl RoleRuntime {
                 }
                 // The client's view of liveness, for the run record: heartbeats of its own
                 // jobs that it took.
-                if let (Message::Heartbeat(h), Some(verdict)) = (&msg, client_verdict)
+                if let (Message::Heartbeat(h), Some(verdict)) = (checked.message(), client_verdict)
                     && verdict.is_accept()
                     && self
                         .client
