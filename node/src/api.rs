@@ -1,18 +1,67 @@
-//! Loopback control API (JSON over HTTP). The dashboard and CLI subcommands will use the
-//! same routes. Errors come back as `{"error": "..."}` with a 4xx/5xx status.
+//! The control API (JSON over HTTP), loopback unless the operator says otherwise. Every
+//! request passes [`guard`] first: the bearer token from the data dir, a `Host` that names
+//! this node (no DNS rebinding), and no foreign `Origin` (no cross-site requests from a web
+//! page in the operator's browser). Paths in requests are confined to the data dir's
+//! import and export folders. Errors come back as `{"error": "..."}` with a 4xx/5xx status.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use gpuchain_api::auth;
+use gpuchain_api::types::{
+    AddBlobRequest, ExportBlobRequest, FetchBlobRequest, HeartbeatRequest, PublishRequest,
+    TopicRequest,
+};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::datadir::DataDir;
+use crate::events::NodeEvent;
 use crate::handle::NodeHandle;
+use crate::roles::handle::RolesHandle;
+
+/// What every handler can reach: the node, and the data dir's path rules.
+#[derive(Clone)]
+pub struct Api {
+    handle: NodeHandle,
+    /// The role runtime, on nodes started with a role.
+    roles: Option<RolesHandle>,
+    dir: Arc<DataDir>,
+}
+
+impl Api {
+    fn roles(&self) -> Result<&RolesHandle, ApiError> {
+        self.roles.as_ref().ok_or_else(|| {
+            ApiError(
+                StatusCode::NOT_FOUND,
+                "this node runs no role; start it with --role client (and --rpc-url, --escrow)"
+                    .into(),
+            )
+        })
+    }
+}
+
+/// What the guard checks a request against.
+#[derive(Clone)]
+pub struct Access {
+    token: Arc<str>,
+    bound: SocketAddr,
+}
+
+impl Access {
+    pub fn new(token: String, bound: SocketAddr) -> Self {
+        Self {
+            token: token.into(),
+            bound,
+        }
+    }
+}
 
 struct ApiError(StatusCode, String);
 
@@ -26,13 +75,87 @@ fn bad(e: anyhow::Error) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, format!("{e:#}"))
 }
 
+/// A path outside what the API may touch.
+fn forbidden(e: anyhow::Error) -> ApiError {
+    ApiError(StatusCode::FORBIDDEN, format!("{e:#}"))
+}
+
 type ApiResult = Result<Response, ApiError>;
 
 fn ok<T: serde::Serialize>(v: T) -> ApiResult {
     Ok(Json(v).into_response())
 }
 
-pub fn router(handle: NodeHandle) -> Router {
+/// Refuses, in this order: a `Host` that does not name this node (403), a foreign `Origin`
+/// (403), a missing or wrong token (401). Nothing of the request reaches a handler before.
+pub async fn guard(State(access): State<Access>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(ToString::to_string));
+    if !host
+        .as_deref()
+        .is_some_and(|h| auth::host_allowed(h, access.bound))
+    {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Host {:?} does not name this node; use http://{} (or localhost with its port)",
+                host.unwrap_or_default(),
+                access.bound
+            ),
+        );
+    }
+    let origin = header_str(headers, header::ORIGIN.as_str());
+    if !auth::origin_allowed(origin, access.bound) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            format!(
+                "requests from the web page at {:?} are refused: only pages this node serves may call its API",
+                origin.unwrap_or_default()
+            ),
+        );
+    }
+    if !auth::bearer_matches(header_str(headers, auth::AUTH_HEADER), &access.token) {
+        let mut r = refuse(
+            StatusCode::UNAUTHORIZED,
+            format!(
+                "missing or wrong API token: send `Authorization: Bearer <token>` with the token in <data dir>/{}",
+                auth::TOKEN_FILE
+            ),
+        );
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer"),
+        );
+        return r;
+    }
+    next.run(req).await
+}
+
+fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn refuse(code: StatusCode, msg: String) -> Response {
+    crate::events::emit(
+        NodeEvent::ApiRefused {
+            status: code.as_u16(),
+            reason: msg.to_string(),
+        },
+        "control API request refused",
+    );
+    ApiError(code, msg).into_response()
+}
+
+pub fn router(
+    handle: NodeHandle,
+    roles: Option<RolesHandle>,
+    dir: Arc<DataDir>,
+    access: Access,
+) -> Router {
     Router::new()
         .route("/v1/status", get(status))
         .route("/v1/peers", get(peers))
@@ -48,62 +171,53 @@ pub fn router(handle: NodeHandle) -> Router {
         .route("/v1/jobs", post(submit_job))
         .route("/v1/jobs/{id}", get(job_status))
         .route("/v1/shutdown", post(shutdown))
-        .with_state(handle)
+        .with_state(Api { handle, roles, dir })
+        .layer(axum::middleware::from_fn_with_state(access, guard))
 }
 
-pub async fn serve(listener: tokio::net::TcpListener, handle: NodeHandle) {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    handle: NodeHandle,
+    roles: Option<RolesHandle>,
+    dir: Arc<DataDir>,
+    access: Access,
+) {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
-    if let Err(e) = axum::serve(listener, router(handle)).await {
+    if let Err(e) = axum::serve(listener, router(handle, roles, dir, access)).await {
         tracing::error!(?addr, error = %e, "control API stopped");
     }
 }
 
-async fn status(State(h): State<NodeHandle>) -> ApiResult {
+async fn status(State(Api { handle: h, .. }): State<Api>) -> ApiResult {
     ok(h.status().await.map_err(bad)?)
 }
 
-async fn peers(State(h): State<NodeHandle>) -> ApiResult {
+async fn peers(State(Api { handle: h, .. }): State<Api>) -> ApiResult {
     ok(h.peers().await.map_err(bad)?)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PublishReq {
-    topic: String,
-    data_hex: String,
-}
-
-async fn publish(State(h): State<NodeHandle>, Json(r): Json<PublishReq>) -> ApiResult {
+async fn publish(
+    State(Api { handle: h, .. }): State<Api>,
+    Json(r): Json<PublishRequest>,
+) -> ApiResult {
     let data = hex::decode(&r.data_hex)
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("data_hex: {e}")))?;
     let id = h.publish(r.topic, data).await.map_err(bad)?;
     ok(json!({ "message_id": id }))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TopicReq {
-    topic: String,
-}
-
-async fn subscribe(State(h): State<NodeHandle>, Json(r): Json<TopicReq>) -> ApiResult {
+async fn subscribe(
+    State(Api { handle: h, .. }): State<Api>,
+    Json(r): Json<TopicRequest>,
+) -> ApiResult {
     h.subscribe(r.topic).await.map_err(bad)?;
     ok(json!({}))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HeartbeatReq {
-    topic: String,
-    #[serde(default = "yes")]
-    on: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-async fn heartbeat(State(h): State<NodeHandle>, Json(r): Json<HeartbeatReq>) -> ApiResult {
+async fn heartbeat(
+    State(Api { handle: h, .. }): State<Api>,
+    Json(r): Json<HeartbeatRequest>,
+) -> ApiResult {
     h.heartbeat(r.topic, r.on).await.map_err(bad)?;
     ok(json!({}))
 }
@@ -116,7 +230,10 @@ struct HeartbeatsQuery {
     reset: bool,
 }
 
-async fn heartbeats(State(h): State<NodeHandle>, Query(q): Query<HeartbeatsQuery>) -> ApiResult {
+async fn heartbeats(
+    State(Api { handle: h, .. }): State<Api>,
+    Query(q): Query<HeartbeatsQuery>,
+) -> ApiResult {
     ok(h.heartbeat_stats(q.raw, q.reset).await.map_err(bad)?)
 }
 
@@ -126,32 +243,22 @@ struct MessagesQuery {
     since: u64,
 }
 
-async fn messages(State(h): State<NodeHandle>, Query(q): Query<MessagesQuery>) -> ApiResult {
+async fn messages(
+    State(Api { handle: h, .. }): State<Api>,
+    Query(q): Query<MessagesQuery>,
+) -> ApiResult {
     ok(h.messages(q.since).await.map_err(bad)?)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AddBlobReq {
-    path: PathBuf,
-    tag: Option<String>,
+async fn add_blob(State(a): State<Api>, Json(r): Json<AddBlobRequest>) -> ApiResult {
+    let path = a.dir.import_path(&r.path).map_err(forbidden)?;
+    ok(a.handle
+        .add_blob(path, r.name, r.share)
+        .await
+        .map_err(bad)?)
 }
 
-async fn add_blob(State(h): State<NodeHandle>, Json(r): Json<AddBlobReq>) -> ApiResult {
-    ok(h.add_blob(r.path, r.tag).await.map_err(bad)?)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FetchReq {
-    hash: String,
-    #[serde(default)]
-    from: Vec<String>,
-    tag: Option<String>,
-    export: Option<PathBuf>,
-}
-
-async fn fetch_blob(State(h): State<NodeHandle>, Json(r): Json<FetchReq>) -> ApiResult {
+async fn fetch_blob(State(a): State<Api>, Json(r): Json<FetchBlobRequest>) -> ApiResult {
     // Malformed requests are the caller's problem (400); transfer failures are 502.
     crate::blobs::parse_hash(&r.hash).map_err(bad)?;
     for p in &r.from {
@@ -162,48 +269,52 @@ async fn fetch_blob(State(h): State<NodeHandle>, Json(r): Json<FetchReq>) -> Api
             )
         })?;
     }
-    let info = h
-        .fetch_blob(&r.hash, r.from, r.tag, r.export)
+    let export = match &r.export {
+        Some(p) => Some(a.dir.export_path(p).map_err(forbidden)?),
+        None => None,
+    };
+    let info = a
+        .handle
+        .fetch_blob(&r.hash, r.from, export)
         .await
         .map_err(|e| ApiError(StatusCode::BAD_GATEWAY, format!("{e:#}")))?;
     ok(info)
 }
 
-async fn blob_status(State(h): State<NodeHandle>, Path(hash): Path<String>) -> ApiResult {
+async fn blob_status(
+    State(Api { handle: h, .. }): State<Api>,
+    Path(hash): Path<String>,
+) -> ApiResult {
     let size = h.blob_size(&hash).await.map_err(bad)?;
     ok(json!({ "hash": hash, "complete": size.is_some(), "size": size }))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExportReq {
-    path: PathBuf,
-}
-
 async fn export_blob(
-    State(h): State<NodeHandle>,
+    State(a): State<Api>,
     Path(hash): Path<String>,
-    Json(r): Json<ExportReq>,
+    Json(r): Json<ExportBlobRequest>,
 ) -> ApiResult {
-    let size = h.export_blob(&hash, r.path).await.map_err(bad)?;
-    ok(json!({ "hash": hash, "size": size }))
+    let path = a.dir.export_path(&r.path).map_err(forbidden)?;
+    let size = a
+        .handle
+        .export_blob(&hash, path.clone())
+        .await
+        .map_err(bad)?;
+    ok(json!({ "hash": hash, "size": size, "path": path }))
 }
 
-async fn submit_job(
-    State(h): State<NodeHandle>,
-    Json(r): Json<crate::roles::SubmitRequest>,
-) -> ApiResult {
-    ok(h.submit_job(r).await.map_err(bad)?)
+async fn submit_job(State(a): State<Api>, Json(r): Json<crate::roles::SubmitRequest>) -> ApiResult {
+    ok(a.roles()?.submit_job(r).await.map_err(bad)?)
 }
 
-async fn job_status(State(h): State<NodeHandle>, Path(id): Path<String>) -> ApiResult {
+async fn job_status(State(a): State<Api>, Path(id): Path<String>) -> ApiResult {
     let job_id: gpuchain_protocol::JobId = id.parse().map_err(|e| {
         ApiError(
             StatusCode::BAD_REQUEST,
             format!("{id:?} is not a job id: {e}"),
         )
     })?;
-    let Some(s) = h.job_status(job_id).await.map_err(bad)? else {
+    let Some(s) = a.roles()?.job_status(job_id).await.map_err(bad)? else {
         return Err(ApiError(
             StatusCode::NOT_FOUND,
             format!("this client node does not know job {job_id}"),
@@ -221,7 +332,7 @@ async fn job_status(State(h): State<NodeHandle>, Path(id): Path<String>) -> ApiR
     }))
 }
 
-async fn shutdown(State(h): State<NodeHandle>) -> ApiResult {
+async fn shutdown(State(Api { handle: h, .. }): State<Api>) -> ApiResult {
     h.shutdown();
     ok(json!({}))
 }

@@ -1,34 +1,64 @@
 //! The checkpoint store: an iroh endpoint (relays off unless configured) serving an
 //! iroh-blobs fs store in the data dir. Content is addressed by its BLAKE3 hash; fetches are
-//! verified while streaming; whatever we hold complete, we serve.
+//! verified while streaming.
+//!
+//! Peers get only what the protocol publishes: a blob is served while a tag in one of the
+//! public namespaces ([`PUBLIC_TAGS`]) names it. Every request is intercepted and checked
+//! against that set; requests for several blobs at once, or for a blob's children, are
+//! refused, so nothing reaches a peer by a side door. A blob the store holds for any other
+//! reason (tagged private, a partial download) is never served.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use futures::StreamExt;
 use iroh::address_lookup::MemoryLookup;
 use iroh::endpoint::{PortmapperConfig, presets};
 use iroh::protocol::Router;
 use iroh::{Endpoint, EndpointAddr, EndpointId, RelayMode, RelayUrl, SecretKey, TransportAddr};
 use iroh_blobs::api::downloader::Downloader;
+use iroh_blobs::provider::events::{
+    AbortReason, EventMask, EventSender, ObserveMode, ProviderMessage, RequestMode,
+};
 use iroh_blobs::store::GcConfig;
 use iroh_blobs::store::fs::FsStore;
 use iroh_blobs::store::fs::options::Options;
 use iroh_blobs::{BlobsProtocol, Hash, HashAndFormat};
 use serde::Serialize;
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
 
 /// Untagged content (aborted downloads, superseded checkpoints) is collected this often.
 /// Named tags protect accepted checkpoints and everything fetched on purpose.
 pub const GC_INTERVAL: Duration = Duration::from_secs(600);
 /// Prefix of the tags this node sets; `checkpoint/<hash>` marks an accepted checkpoint.
 pub const TAG_PREFIX: &str = "gpuchain/";
+/// Tag namespaces whose blobs peers may fetch: a job's spec and data, checkpoints, the
+/// per-step states a verifier may ask for, what we fetched from peers (it is public
+/// already), and files the operator imported with `share`.
+pub const PUBLIC_TAGS: &[&str] = &[
+    "gpuchain/job/",
+    "gpuchain/checkpoint/",
+    "gpuchain/states/",
+    "gpuchain/fetched/",
+    "gpuchain/shared/",
+];
+/// Imported files that are kept but not served.
+pub const PRIVATE_TAG: &str = "gpuchain/private/";
+
+pub fn is_public_tag(name: &str) -> bool {
+    PUBLIC_TAGS.iter().any(|p| name.starts_with(p))
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BlobInfo {
     pub hash: String,
     pub size: u64,
     pub tag: String,
+    /// Whether peers may fetch it.
+    pub shared: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -48,6 +78,93 @@ pub struct BlobNode {
     router: Router,
     lookup: MemoryLookup,
     downloader: Downloader,
+    shared: Shared,
+}
+
+/// The hashes peers may fetch, kept in step with the public tags. Tag changes and the
+/// rebuild after a deletion are serialised, so a tag set while the set is rebuilt is not
+/// lost.
+#[derive(Debug, Clone, Default)]
+struct Shared {
+    hashes: Arc<RwLock<HashSet<Hash>>>,
+    mutation: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Shared {
+    fn contains(&self, hash: &Hash) -> bool {
+        self.hashes.read().is_ok_and(|s| s.contains(hash))
+    }
+
+    fn insert(&self, hash: Hash) {
+        if let Ok(mut s) = self.hashes.write() {
+            s.insert(hash);
+        }
+    }
+
+    async fn rebuild(&self, store: &FsStore) -> Result<()> {
+        let mut fresh = HashSet::new();
+        for prefix in PUBLIC_TAGS {
+            let mut tags = store
+                .tags()
+                .list_prefix(prefix)
+                .await
+                .map_err(|e| anyhow!("cannot list tags {prefix}*: {e}"))?;
+            while let Some(t) = tags.next().await {
+                fresh.insert(
+                    t.map_err(|e| anyhow!("cannot list tags {prefix}*: {e}"))?
+                        .hash,
+                );
+            }
+        }
+        if let Ok(mut s) = self.hashes.write() {
+            *s = fresh;
+        }
+        Ok(())
+    }
+
+    /// Answers the provider side's questions: a plain whole-or-ranged request for one blob
+    /// we share, and nothing else.
+    fn gate(&self) -> EventSender {
+        let mask = EventMask {
+            get: RequestMode::Intercept,
+            get_many: RequestMode::Disabled,
+            observe: ObserveMode::Intercept,
+            ..EventMask::DEFAULT
+        };
+        let (sender, mut rx) = EventSender::channel(64, mask);
+        let shared = self.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = rx.recv().await {
+                match msg {
+                    ProviderMessage::GetRequestReceived(m) => {
+                        let ok = m.request.ranges.is_blob() && shared.contains(&m.request.hash);
+                        if !ok {
+                            tracing::debug!(hash = %m.request.hash, "refused a blob request for content this node does not share");
+                        }
+                        m.tx.send(if ok {
+                            Ok(())
+                        } else {
+                            Err(AbortReason::Permission)
+                        })
+                        .await
+                        .ok();
+                    }
+                    ProviderMessage::ObserveRequestReceived(m) => {
+                        let ok = shared.contains(&m.request.hash);
+                        m.tx.send(if ok {
+                            Ok(())
+                        } else {
+                            Err(AbortReason::Permission)
+                        })
+                        .await
+                        .ok();
+                    }
+                    _ => {}
+                }
+            }
+        });
+        sender
+    }
 }
 
 impl BlobNode {
@@ -87,7 +204,9 @@ impl BlobNode {
             .bind()
             .await
             .map_err(|e| anyhow!("cannot bind the blob endpoint on {bind}: {e}"))?;
-        let blobs = BlobsProtocol::new(&store, None);
+        let shared = Shared::default();
+        shared.rebuild(&store).await?;
+        let blobs = BlobsProtocol::new(&store, Some(shared.gate()));
         let router = Router::builder(endpoint.clone())
             .accept(iroh_blobs::ALPN, blobs)
             .spawn();
@@ -98,7 +217,13 @@ impl BlobNode {
             router,
             lookup,
             downloader,
+            shared,
         })
+    }
+
+    /// Whether peers may fetch this blob from us.
+    pub fn is_shared(&self, hash: Hash) -> bool {
+        self.shared.contains(&hash)
     }
 
     pub fn id(&self) -> EndpointId {
@@ -137,11 +262,11 @@ impl BlobNode {
         self.lookup.get_endpoint_info(id).is_some()
     }
 
-    /// Imports a file (copied into the store) and tags it so GC keeps it.
-    pub async fn add_path(&self, path: &Path, tag: Option<String>) -> Result<BlobInfo> {
-        let path: PathBuf =
-            std::path::absolute(path).with_context(|| format!("bad path {}", path.display()))?;
-        let meta = std::fs::metadata(&path).with_context(|| {
+    /// Imports a file (copied into the store) and tags it so GC keeps it: under
+    /// `gpuchain/shared/` when peers may fetch it, `gpuchain/private/` otherwise. The caller
+    /// has already decided the path may be read (see `datadir::DataDir::import_path`).
+    pub async fn add_path(&self, path: &Path, name: Option<&str>, share: bool) -> Result<BlobInfo> {
+        let meta = std::fs::metadata(path).with_context(|| {
             format!("cannot read {}: check that the file exists", path.display())
         })?;
         if !meta.is_file() {
@@ -150,17 +275,26 @@ impl BlobNode {
         let tt = self
             .store
             .blobs()
-            .add_path(&path)
+            .add_path(path)
             .temp_tag()
             .await
             .map_err(|e| anyhow!("cannot import {}: {e}", path.display()))?;
         let hash = tt.hash();
-        let tag = tag.unwrap_or_else(|| format!("{TAG_PREFIX}added/{hash}"));
+        let ns = if share {
+            "gpuchain/shared/"
+        } else {
+            PRIVATE_TAG
+        };
+        let tag = match name {
+            Some(n) => format!("{ns}{}", check_tag_name(n)?),
+            None => format!("{ns}{hash}"),
+        };
         self.tag(hash, &tag).await?;
         Ok(BlobInfo {
             hash: hash.to_string(),
             size: meta.len(),
             tag,
+            shared: share,
         })
     }
 
@@ -176,15 +310,7 @@ impl BlobNode {
             .await
             .map_err(|e| anyhow!("cannot store a blob: {e}"))?;
         let hash = tt.hash();
-        if sync {
-            self.tag(hash, tag).await?;
-        } else {
-            self.store
-                .tags()
-                .set(tag, HashAndFormat::raw(hash))
-                .await
-                .map_err(|e| anyhow!("cannot tag {hash}: {e}"))?;
-        }
+        self.set_tag(hash, tag, sync).await?;
         Ok(hash)
     }
 
@@ -201,26 +327,40 @@ impl BlobNode {
 
     /// Drops every tag under `prefix`; GC then reclaims what nothing else protects.
     pub async fn untag_prefix(&self, prefix: &str) -> Result<()> {
+        let _serial = self.shared.mutation.lock().await;
         self.store
             .tags()
             .delete_prefix(prefix)
             .await
             .map_err(|e| anyhow!("cannot drop tags {prefix}*: {e}"))?;
-        Ok(())
+        // Another public tag may still name a blob under this prefix, so the set is
+        // recomputed from the tags rather than pruned.
+        self.shared.rebuild(&self.store).await
     }
 
     /// Tags a blob and makes the store's metadata durable, so that what we acknowledged
     /// as stored is still there after a crash (the store batches its database writes).
     pub async fn tag(&self, hash: Hash, name: &str) -> Result<()> {
+        self.set_tag(hash, name, true).await
+    }
+
+    async fn set_tag(&self, hash: Hash, name: &str, sync: bool) -> Result<()> {
+        let _serial = self.shared.mutation.lock().await;
         self.store
             .tags()
             .set(name, HashAndFormat::raw(hash))
             .await
             .map_err(|e| anyhow!("cannot tag {hash}: {e}"))?;
-        self.store
-            .sync_db()
-            .await
-            .map_err(|e| anyhow!("cannot sync the blob store: {e}"))
+        if is_public_tag(name) {
+            self.shared.insert(hash);
+        }
+        if sync {
+            self.store
+                .sync_db()
+                .await
+                .map_err(|e| anyhow!("cannot sync the blob store: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Size of the blob if we hold it complete.
@@ -240,13 +380,8 @@ impl BlobNode {
 
     /// Fetches a blob from the given providers, tried in order, verifying every chunk against
     /// the hash as it streams in, then tags it so it is kept and served on.
-    pub async fn fetch(
-        &self,
-        hash: Hash,
-        providers: Vec<EndpointId>,
-        tag: Option<String>,
-    ) -> Result<FetchInfo> {
-        let tag = tag.unwrap_or_else(|| format!("{TAG_PREFIX}fetched/{hash}"));
+    pub async fn fetch(&self, hash: Hash, providers: Vec<EndpointId>) -> Result<FetchInfo> {
+        let tag = format!("{TAG_PREFIX}fetched/{hash}");
         let start = Instant::now();
         if let Some(size) = self.complete_size(hash).await? {
             self.tag(hash, &tag).await?;
@@ -281,12 +416,12 @@ impl BlobNode {
         })
     }
 
+    /// Writes a blob to `target`, which the caller has confined (see
+    /// `datadir::DataDir::export_path`).
     pub async fn export(&self, hash: Hash, target: &Path) -> Result<u64> {
-        let target = std::path::absolute(target)
-            .with_context(|| format!("bad path {}", target.display()))?;
         self.store
             .blobs()
-            .export(hash, &target)
+            .export(hash, target)
             .finish()
             .await
             .map_err(|e| anyhow!("cannot export {hash} to {}: {e}", target.display()))
@@ -301,6 +436,19 @@ impl BlobNode {
         if let Err(e) = self.store.shutdown().await {
             tracing::debug!(error = %e, "blob store shutdown");
         }
+    }
+}
+
+/// Caller-chosen tag names stay inside the node's namespace and readable in listings.
+fn check_tag_name(n: &str) -> Result<&str> {
+    let ok = !n.is_empty()
+        && n.len() <= 128
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
+    if ok {
+        Ok(n)
+    } else {
+        bail!("blob name {n:?}: use 1-128 letters, digits and -_./")
     }
 }
 

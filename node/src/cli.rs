@@ -1,51 +1,15 @@
-//! Command line: one binary, one subcommand per user-facing task.
+//! The node's own flags (`gpuchain node …`) and the log format. The binary crate
+//! (`node/bin`) composes these with the other subcommands.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "gpuchain",
-    version,
-    about = "gpuchain: fine-tune models on untrusted rented GPUs, paid per accepted step",
-    long_about = "gpuchain: fine-tune models on untrusted rented GPUs, paid per accepted step.\n\n\
-Every participant (client, provider, verifier) runs this one binary. Flags override environment \
-variables (shown as [env: ...]), which override the TOML config file, which overrides the defaults."
-)]
-pub struct Cli {
-    /// Log format: `text` is readable by people, `json` gives one JSON object per line for machines.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "GPUCHAIN_LOG_FORMAT")]
-    pub log_format: LogFormat,
-
-    #[command(subcommand)]
-    pub command: Command,
-}
+use clap::{Args, ValueEnum};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run a node: join the swarm, gossip, serve and fetch checkpoint blobs.
-    Node(Box<NodeArgs>),
-    /// Submit a training job through a running client node, or show a job's state.
-    #[command(subcommand)]
-    Job(crate::commands::JobCommand),
-    /// Stake as a provider (the escrow assigns only staked providers).
-    #[command(subcommand)]
-    Provider(crate::commands::ProviderCommand),
-    /// Withdraw what the escrow credited to this node's key (payouts, refunds).
-    Withdraw(crate::commands::WithdrawArgs),
-    /// Run a local network of this binary on anvil: the 4 Nov demo, or a network to use.
-    #[command(subcommand)]
-    Testnet(crate::testnet_cmd::TestnetCommand),
-    /// Run the deterministic discrete-event simulator over the protocol state machines.
-    Sim(gpuchain_sim::cli::SimCommand),
 }
 
 #[derive(Debug, Args, Default)]
@@ -89,11 +53,25 @@ pub struct NodeArgs {
     )]
     pub listen: Vec<String>,
 
-    /// Serve the control API (status, peers, publish, blobs) on this address, e.g.
-    /// `127.0.0.1:0`. Loopback addresses only: the API has no authentication. The bound
-    /// address is written to `<data dir>/api.addr` and logged. Default: no API.
+    /// Serve the control API (status, peers, publish, blobs, jobs) on this address, e.g.
+    /// `127.0.0.1:0`. Every request needs the bearer token the node keeps in
+    /// `<data dir>/api.token` (0600). The bound address is written to `<data dir>/api.addr`
+    /// and logged. Loopback only unless --api-allow-remote. Default: no API.
     #[arg(long, env = "GPUCHAIN_API", value_name = "ADDR")]
     pub api: Option<SocketAddr>,
+
+    /// Allow --api on a non-loopback address. The token then crosses the network in clear
+    /// text: put a TLS proxy in front, or keep the API on loopback.
+    #[arg(long, env = "GPUCHAIN_API_ALLOW_REMOTE")]
+    pub api_allow_remote: bool,
+
+    /// The only folder the API imports blob files from. Default: `<data dir>/import`.
+    #[arg(long, env = "GPUCHAIN_BLOB_IMPORT_DIR", value_name = "DIR")]
+    pub blob_import_dir: Option<PathBuf>,
+
+    /// The only folder the API exports blobs to. Default: `<data dir>/export`.
+    #[arg(long, env = "GPUCHAIN_BLOB_EXPORT_DIR", value_name = "DIR")]
+    pub blob_export_dir: Option<PathBuf>,
 
     /// UDP socket for the iroh blob endpoint. Default: `0.0.0.0:0` (any interface, any port).
     #[arg(long, env = "GPUCHAIN_BLOB_BIND", value_name = "ADDR")]

@@ -7,11 +7,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
-use gpuchain_contracts::chain::{ChainClient, ChainConfig};
+use gpuchain_contracts::chain::{
+    ChainClient, ChainConfig, CreateJobTerms, check_create_job, format_tokens, status_name,
+};
 use gpuchain_protocol::{Address, U256};
 use serde_json::{Value, json};
 
 use crate::config::{TOKEN_DECIMALS, format_amount, parse_amount, read_keystore_password};
+
+/// The token's decimals as the escrow checks print them.
+const DECIMALS: u8 = TOKEN_DECIMALS as u8;
 
 /// How long `job submit` waits for the node to pack the data and the chain to take the job.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -54,10 +59,12 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "FILE")]
     pub spec: PathBuf,
     /// Most the job may spend, in tokens (e.g. `5` USDC); the rest is refunded.
-    #[arg(long, value_name = "AMOUNT")]
+    // Negative numbers are taken as values so that they are refused as amounts, not as
+    // unknown flags.
+    #[arg(long, value_name = "AMOUNT", allow_negative_numbers = true)]
     pub budget: String,
     /// Highest price per step accepted from a provider, in tokens (e.g. `0.003`).
-    #[arg(long, value_name = "AMOUNT")]
+    #[arg(long, value_name = "AMOUNT", allow_negative_numbers = true)]
     pub max_price: String,
     /// Verifier addresses, comma-separated.
     #[arg(long, value_delimiter = ',', required = true, value_name = "ADDRESS")]
@@ -71,28 +78,60 @@ pub struct SubmitArgs {
     /// Seconds after the deadline before anyone may expire the job and refund it.
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     pub grace: u64,
+    /// Accept verifier addresses that no peer of the node has announced as a verifier yet
+    /// (verifiers that will come online later). Without it such an address is refused: the
+    /// job would wait out its deadline with no one to vote.
+    #[arg(long)]
+    pub allow_unknown_verifiers: bool,
     #[command(flatten)]
     pub node: NodeRef,
 }
 
-/// Which running node to ask: its data dir (the API address is read from it) or the address.
+/// Which running node to ask: its data dir (the API address and token are read from it) or
+/// the address and a token file.
 #[derive(Debug, Args, Clone)]
 pub struct NodeRef {
     /// Data dir of the running node.
     #[arg(long, env = "GPUCHAIN_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Control API address of the running node (overrides --data-dir).
+    /// Control API address of the running node (overrides the one in --data-dir).
     #[arg(long, value_name = "ADDR")]
     pub api: Option<std::net::SocketAddr>,
+    /// File with the node's API token (default: `<data dir>/api.token`).
+    #[arg(long, env = "GPUCHAIN_API_TOKEN_FILE", value_name = "FILE")]
+    pub api_token_file: Option<PathBuf>,
 }
 
 impl NodeRef {
-    fn addr(&self) -> Result<Option<std::net::SocketAddr>> {
-        match (&self.api, &self.data_dir) {
-            (Some(a), _) => Ok(Some(*a)),
-            (None, Some(d)) => crate::api_client::api_addr_of(d).map(Some),
-            (None, None) => Ok(None),
+    /// A client for the named node, or `None` when no node was named.
+    pub fn client(&self) -> Result<Option<gpuchain_api::ApiClient>> {
+        use gpuchain_api::{ApiClient, auth};
+        let token_from = |path: &std::path::Path| {
+            std::fs::read_to_string(path)
+                .map(|t| t.trim().to_string())
+                .with_context(|| {
+                    format!(
+                        "cannot read the API token file {}: check the path and that you run as the node's user",
+                        path.display()
+                    )
+                })
+        };
+        let addr = match (&self.api, &self.data_dir) {
+            (Some(a), _) => *a,
+            (None, Some(d)) => gpuchain_api::client::addr_of(d)?,
+            (None, None) => return Ok(None),
+        };
+        let token = match (&self.api_token_file, &self.data_dir) {
+            (Some(f), _) => Some(token_from(f)?),
+            (None, Some(d)) => Some(token_from(&auth::token_path(d))?),
+            (None, None) => None,
+        };
+        if token.is_none() {
+            bail!(
+                "--api {addr} needs the node's API token: pass --api-token-file FILE or the node's --data-dir"
+            );
         }
+        Ok(Some(ApiClient::new(addr, token)))
     }
 }
 
@@ -105,9 +144,13 @@ pub struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Read the job's escrow events from this block on (its creation block or earlier;
+    /// RPCs that cap log ranges need it).
+    #[arg(long, default_value_t = 0, value_name = "BLOCK")]
+    pub from_block: u64,
     /// Optionally, the client node, for its view (phase, last heartbeat step).
-    #[arg(long, value_name = "ADDR")]
-    pub api: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub node: NodeRef,
 }
 
 #[derive(Debug, Subcommand)]
@@ -216,7 +259,7 @@ pub fn run_job(cmd: JobCommand) -> Result<()> {
 }
 
 async fn submit(a: SubmitArgs) -> Result<()> {
-    let addr = a.node.addr()?.ok_or_else(|| {
+    let api = a.node.client()?.ok_or_else(|| {
         anyhow!("which node submits the job? pass --data-dir DIR of a running client node, or --api ADDR")
     })?;
     let budget = parse_amount(&a.budget, TOKEN_DECIMALS, "--budget")?;
@@ -231,6 +274,22 @@ async fn submit(a: SubmitArgs) -> Result<()> {
     if !spec_path.is_file() {
         bail!("--spec {}: no such file", a.spec.display());
     }
+    // Everything the escrow would refuse is refused here, before the node packs anything
+    // or sends a transaction (the node checks again with the chain's time and token).
+    let file = crate::roles::jobs::JobFile::load(&spec_path)?;
+    check_create_job(&CreateJobTerms {
+        token: None,
+        budget,
+        max_price_per_step: max_price,
+        total_steps: file.total_steps,
+        checkpoint_interval: file.checkpoint_interval,
+        verifiers: verifiers.clone(),
+        quorum: a.quorum,
+        deadline: a.deadline,
+        now: 0,
+        decimals: DECIMALS,
+    })
+    .map_err(|e| anyhow!("job not submitted: {e}"))?;
     let body = json!({
         "spec_path": spec_path,
         "budget": budget,
@@ -239,12 +298,16 @@ async fn submit(a: SubmitArgs) -> Result<()> {
         "quorum": a.quorum,
         "deadline_secs": a.deadline,
         "grace_secs": a.grace,
+        "allow_unknown_verifiers": a.allow_unknown_verifiers,
     });
     eprintln!(
         "submitting {} (packing data, approving, createJob)…",
         a.spec.display()
     );
-    let reply = crate::api_client::post(addr, "/v1/jobs", &body, SUBMIT_TIMEOUT).await?;
+    let reply: Value = api
+        .with_timeout(SUBMIT_TIMEOUT)
+        .post("/v1/jobs", &body)
+        .await?;
     let job_id = reply
         .get("job_id")
         .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
@@ -265,34 +328,77 @@ async fn status(a: StatusArgs) -> Result<()> {
     })?;
     let chain = connect(&a.chain, None).await?;
     let v = chain.job(job_id).await?;
-    let paid = v.deposit.saturating_sub(v.remaining);
-    let status = format!("{:?}", v.status);
+    // The figures come from the escrow's events for this job, not from deposit − remaining
+    // (which counts a refund as paid). `JobEscrow` charges no verifier fees, so there is no
+    // fee line.
+    let money = chain.job_money(job_id, a.from_block).await?;
+    let tokens = |raw: U256| format_tokens(raw, DECIMALS);
+    let per_account = |m: &std::collections::BTreeMap<Address, U256>| -> Value {
+        m.iter()
+            .map(|(a, v)| (a.to_string(), Value::String(tokens(*v))))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    if money.remaining != v.remaining {
+        eprintln!(
+            "warning: the events read from block {} account for {} still held, the escrow says {}; \
+             give --from-block at or before the job's creation",
+            a.from_block,
+            tokens(money.remaining),
+            tokens(v.remaining)
+        );
+    }
     let mut out = json!({
         "job_id": job_id.to_string(),
-        "status": status,
+        "status": status_name(v.status),
+        "client": v.client.to_string(),
+        "created_block": money.created_block,
         "epoch": v.epoch,
         "provider": v.provider.to_string(),
-        "price_per_step": format_amount(v.pricePerStep, TOKEN_DECIMALS),
+        "price_per_step": tokens(v.pricePerStep),
         "last_accepted_step": v.lastAcceptedStep,
         "total_steps": v.totalSteps,
         "checkpoint_interval": v.checkpointInterval,
         "last_checkpoint": v.lastCheckpointHash.to_string(),
-        "budget": format_amount(v.deposit, TOKEN_DECIMALS),
-        "paid": format_amount(paid, TOKEN_DECIMALS),
-        "refundable": format_amount(v.remaining, TOKEN_DECIMALS),
         "deadline": v.deadline,
+        "grace": v.grace,
+        "budget": tokens(v.deposit),
+        "paid": per_account(&money.paid),
+        "paid_total": tokens(money.paid_total()),
+        "slashed_stake": per_account(&money.slashed),
+        "refunded": tokens(money.refunded),
+        "remaining": tokens(v.remaining),
     });
-    if let Some(api) = a.api {
-        let view =
-            crate::api_client::get(api, &format!("/v1/jobs/{job_id}"), Duration::from_secs(5))
-                .await
-                .unwrap_or_else(|e| json!({ "error": e.to_string() }));
+    if let Some(api) = a.node.client()? {
+        let view = api
+            .with_timeout(Duration::from_secs(5))
+            .get::<Value>(&format!("/v1/jobs/{job_id}"))
+            .await
+            .unwrap_or_else(|e| json!({ "error": e.to_string() }));
         out["client_view"] = view;
     }
     if a.json {
         println!("{out:#}");
     } else {
-        print_fields(&out);
+        // the money last, in the order it flows
+        let mut text = out.clone();
+        let mut tail = serde_json::Map::new();
+        if let Some(map) = text.as_object_mut() {
+            for k in [
+                "budget",
+                "paid",
+                "paid_total",
+                "slashed_stake",
+                "refunded",
+                "remaining",
+            ] {
+                if let Some(v) = map.remove(k) {
+                    tail.insert(k.to_string(), v);
+                }
+            }
+        }
+        print_fields(&text);
+        print_fields(&Value::Object(tail));
     }
     Ok(())
 }
@@ -300,9 +406,21 @@ async fn status(a: StatusArgs) -> Result<()> {
 fn print_fields(v: &Value) {
     if let Some(map) = v.as_object() {
         for (k, v) in map {
-            match v.as_str() {
-                Some(s) => println!("{k:>20}  {s}"),
-                None => println!("{k:>20}  {v}"),
+            match v {
+                Value::String(s) => println!("{k:>20}  {s}"),
+                // per-account figures: one line each
+                Value::Object(m) if m.values().all(Value::is_string) => {
+                    if m.is_empty() {
+                        println!("{k:>20}  none");
+                    }
+                    for (account, amount) in m {
+                        println!(
+                            "{k:>20}  {account}  {}",
+                            amount.as_str().unwrap_or_default()
+                        );
+                    }
+                }
+                _ => println!("{k:>20}  {v}"),
             }
         }
     }

@@ -47,6 +47,9 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     listen: Option<Vec<String>>,
     api: Option<SocketAddr>,
+    api_allow_remote: Option<bool>,
+    blob_import_dir: Option<PathBuf>,
+    blob_export_dir: Option<PathBuf>,
     blob_bind: Option<SocketAddr>,
     relay: Option<String>,
     heartbeat_period_ms: Option<u64>,
@@ -69,6 +72,9 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     pub listen: Vec<Multiaddr>,
     pub api: Option<SocketAddr>,
+    /// The only folders the API reads blob files from and writes them to.
+    pub blob_import_dir: Option<PathBuf>,
+    pub blob_export_dir: Option<PathBuf>,
     pub blob_bind: SocketAddr,
     pub relay: Option<iroh::RelayUrl>,
     pub heartbeat_period: Duration,
@@ -94,37 +100,13 @@ pub const TOKEN_DECIMALS: u32 = 6;
 /// `"5"`, `"0.0025"` → base units with `decimals` decimals; more digits than that, signs,
 /// exponents and empty strings are errors naming the flag.
 pub fn parse_amount(s: &str, decimals: u32, flag: &str) -> Result<gpuchain_protocol::U256> {
-    use gpuchain_protocol::U256;
-    let bad = || {
-        anyhow!(
-            "{flag} {s:?} is not an amount; give a decimal number like 5 or 0.0025 (at most {decimals} decimals)"
-        )
-    };
-    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
-    if int.is_empty() && frac.is_empty()
-        || !int.bytes().all(|b| b.is_ascii_digit())
-        || !frac.bytes().all(|b| b.is_ascii_digit())
-        || frac.len() > decimals as usize
-    {
-        return Err(bad());
-    }
-    let int = if int.is_empty() {
-        U256::ZERO
-    } else {
-        U256::from_str_radix(int, 10).map_err(|_| bad())?
-    };
-    let mut frac_padded = frac.to_string();
-    while frac_padded.len() < decimals as usize {
-        frac_padded.push('0');
-    }
-    let frac = if frac_padded.is_empty() {
-        U256::ZERO
-    } else {
-        U256::from_str_radix(&frac_padded, 10).map_err(|_| bad())?
-    };
-    int.checked_mul(U256::from(10u64).pow(U256::from(decimals)))
-        .and_then(|v| v.checked_add(frac))
-        .ok_or_else(bad)
+    let decimals = u8::try_from(decimals).map_err(|_| anyhow!("{decimals} decimals"))?;
+    gpuchain_contracts::chain::parse_tokens(s, decimals).map_err(|e| match e {
+        gpuchain_contracts::chain::AmountError::Negative(_) => anyhow!("{flag} {e}"),
+        _ => anyhow!(
+            "{flag} {s:?} is not an amount ({e}); give a decimal number like 5 or 0.0025 (at most {decimals} decimals)"
+        ),
+    })
 }
 
 /// Base units → `"0.0025"`, for printing.
@@ -179,11 +161,13 @@ impl NodeConfig {
             )
         })?;
         let api = args.api.or(file.api);
+        let allow_remote = args.api_allow_remote || file.api_allow_remote.unwrap_or(false);
         if let Some(api) = api
             && !api.ip().is_loopback()
+            && !allow_remote
         {
             bail!(
-                "--api {api}: the control API has no authentication, so it only binds loopback addresses (127.0.0.1 or [::1])"
+                "--api {api}: the control API binds loopback addresses (127.0.0.1 or [::1]) unless --api-allow-remote says otherwise (its token would cross the network in clear text)"
             );
         }
         let relay = match args.relay.clone().or(file.relay) {
@@ -258,6 +242,8 @@ impl NodeConfig {
             data_dir,
             listen,
             api,
+            blob_import_dir: args.blob_import_dir.clone().or(file.blob_import_dir),
+            blob_export_dir: args.blob_export_dir.clone().or(file.blob_export_dir),
             blob_bind: args
                 .blob_bind
                 .or(file.blob_bind)
@@ -355,6 +341,8 @@ mod tests {
         for bad in ["", ".", "-1", "1e3", "0.0000001", "1,5", " 1"] {
             assert!(p(bad).is_err(), "{bad:?} accepted");
         }
+        let e = p("-1").expect_err("negative");
+        assert_eq!(e.to_string(), "--x must be positive, got -1");
         assert_eq!(format_amount(U256::from(2_500u64), 6), "0.0025");
         assert_eq!(format_amount(U256::from(4_100_000u64), 6), "4.1");
         assert_eq!(format_amount(U256::from(7_000_000u64), 6), "7");
@@ -419,7 +407,13 @@ mod tests {
 
         let mut a = args();
         a.api = Some("0.0.0.0:1".parse().expect("addr"));
-        assert!(NodeConfig::from_args(&a).is_err());
+        let e = NodeConfig::from_args(&a).expect_err("remote API without the flag");
+        assert!(format!("{e}").contains("--api-allow-remote"), "{e}");
+        a.api_allow_remote = true;
+        assert_eq!(
+            NodeConfig::from_args(&a).expect("explicitly allowed").api,
+            a.api
+        );
 
         let mut a = args();
         a.data_dir = None;

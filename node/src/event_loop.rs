@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::behaviour::{Behaviour, BehaviourEvent};
 use crate::blobs::BlobNode;
 use crate::config::{NodeConfig, Role};
+use crate::events::NodeEvent;
 use crate::roles::RoleEvent;
 use crate::scoring;
 use crate::state::{HeartbeatStats, NodeState, PeerInfo, ReceivedMessage};
@@ -85,6 +86,20 @@ pub enum Command {
         address: Address,
         reply: oneshot::Sender<Vec<PeerId>>,
     },
+    /// The role machines' final verdict on a gossip message that passed the stateless
+    /// checks: only now is it forwarded (Accept) or its sender penalised (Reject).
+    Verdict {
+        ticket: GossipTicket,
+        verdict: gpuchain_protocol::validation::Verdict,
+    },
+}
+
+/// A gossip message held back by gossipsub until the machines have judged it.
+#[derive(Debug, Clone)]
+pub struct GossipTicket {
+    pub message_id: gossipsub::MessageId,
+    pub propagation_source: PeerId,
+    pub topic: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -139,6 +154,7 @@ impl<V: GossipValidator> EventLoop<V> {
         shutdown: watch::Receiver<bool>,
         config: &NodeConfig,
         eth_key: SigningKey,
+        roles_tx: Option<mpsc::Sender<RoleEvent>>,
     ) -> Self {
         Self {
             swarm,
@@ -146,7 +162,7 @@ impl<V: GossipValidator> EventLoop<V> {
             validator,
             commands,
             shutdown,
-            roles_tx: None,
+            roles_tx,
             hardware: crate::roles::hardware::local(),
             state: NodeState::default(),
             roles: config.roles.clone(),
@@ -166,16 +182,17 @@ impl<V: GossipValidator> EventLoop<V> {
     }
 
     /// Hands accepted gossip and lost connections to the role runtime.
-    pub fn attach_roles(&mut self, tx: mpsc::Sender<RoleEvent>) {
-        self.roles_tx = Some(tx);
-    }
-
     fn send_to_roles(&mut self, ev: RoleEvent) {
         let Some(tx) = &self.roles_tx else { return };
         // Never block the swarm on the roles: a full queue drops (gossip is lossy anyway,
         // and the detector tolerates a lost heartbeat) and says so.
         if let Err(e) = tx.try_send(ev) {
-            tracing::warn!(target: "gpuchain::event", event = "roles_queue_full", error = %e, "role runtime is behind; message dropped");
+            crate::events::emit(
+                NodeEvent::RolesQueueFull {
+                    error: e.to_string(),
+                },
+                "role runtime is behind; message dropped",
+            );
         }
     }
 
@@ -242,7 +259,7 @@ impl<V: GossipValidator> EventLoop<V> {
                 }
             }
         }
-        tracing::info!(target: "gpuchain::event", event = "shutdown", "event loop stopped");
+        crate::events::emit(NodeEvent::Shutdown, "event loop stopped");
         Ok(())
     }
 
@@ -403,6 +420,7 @@ impl<V: GossipValidator> EventLoop<V> {
             Command::PeersOf { address, reply } => {
                 let _ = reply.send(self.peers_of(address));
             }
+            Command::Verdict { ticket, verdict } => self.settle(ticket, verdict.into()),
         }
     }
 
@@ -499,7 +517,12 @@ impl<V: GossipValidator> EventLoop<V> {
                 let full = address.clone().with(libp2p::multiaddr::Protocol::P2p(
                     *self.swarm.local_peer_id(),
                 ));
-                tracing::info!(target: "gpuchain::event", event = "listening", addr = %full, "listening");
+                crate::events::emit(
+                    NodeEvent::Listening {
+                        addr: full.to_string(),
+                    },
+                    "listening",
+                );
             }
             SwarmEvent::ConnectionEstablished {
                 peer_id,
@@ -509,7 +532,12 @@ impl<V: GossipValidator> EventLoop<V> {
             } => {
                 if self.bootstrap_dials.remove(&connection_id) && !self.bootstrapped {
                     self.bootstrapped = true;
-                    tracing::info!(target: "gpuchain::event", event = "bootstrapped", peer = %peer_id, "joined the swarm");
+                    crate::events::emit(
+                        NodeEvent::Bootstrapped {
+                            peer: peer_id.to_string(),
+                        },
+                        "joined the swarm",
+                    );
                 }
                 let now = now_us();
                 let rec = self.state.peer(peer_id);
@@ -522,7 +550,12 @@ impl<V: GossipValidator> EventLoop<V> {
                     }
                     self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
                 }
-                tracing::debug!(target: "gpuchain::event", event = "connected", peer = %peer_id);
+                crate::events::emit(
+                    NodeEvent::Connected {
+                        peer: peer_id.to_string(),
+                    },
+                    "",
+                );
             }
             SwarmEvent::ConnectionClosed { peer_id, .. } => {
                 let rec = self.state.peer(peer_id);
@@ -540,7 +573,12 @@ impl<V: GossipValidator> EventLoop<V> {
                 if let Some(address) = lost {
                     self.send_to_roles(RoleEvent::ConnectionClosed { address });
                 }
-                tracing::debug!(target: "gpuchain::event", event = "disconnected", peer = %peer_id);
+                crate::events::emit(
+                    NodeEvent::Disconnected {
+                        peer: peer_id.to_string(),
+                    },
+                    "",
+                );
             }
             SwarmEvent::OutgoingConnectionError {
                 connection_id,
@@ -592,6 +630,51 @@ impl<V: GossipValidator> EventLoop<V> {
         Ok(())
     }
 
+    /// Tells gossipsub what to do with a message (forward, drop, or drop and penalise its
+    /// propagator), and counts it.
+    fn settle(&mut self, ticket: GossipTicket, verdict: Verdict) {
+        let acceptance = match &verdict {
+            Verdict::Accept => MessageAcceptance::Accept,
+            Verdict::Ignore(_) => MessageAcceptance::Ignore,
+            Verdict::Reject(_) => MessageAcceptance::Reject,
+        };
+        let GossipTicket {
+            message_id,
+            propagation_source: peer,
+            topic,
+        } = ticket;
+        self.swarm
+            .behaviour_mut()
+            .gossipsub
+            .report_message_validation_result(&message_id, &peer, acceptance);
+        match verdict {
+            Verdict::Accept => self.state.counters.accepted += 1,
+            Verdict::Ignore(reason) => {
+                self.state.counters.ignored += 1;
+                crate::events::emit(
+                    NodeEvent::GossipIgnored {
+                        peer: peer.to_string(),
+                        topic: topic.to_string(),
+                        reason: reason.to_string(),
+                    },
+                    "",
+                );
+            }
+            Verdict::Reject(reason) => {
+                self.state.counters.rejected += 1;
+                self.state.peer(peer).rejected_messages += 1;
+                crate::events::emit(
+                    NodeEvent::GossipRejected {
+                        peer: peer.to_string(),
+                        topic: topic.to_string(),
+                        reason: reason.to_string(),
+                    },
+                    "rejected gossip message",
+                );
+            }
+        }
+    }
+
     fn on_gossip(&mut self, ev: gossipsub::Event) {
         match ev {
             gossipsub::Event::Message {
@@ -603,30 +686,39 @@ impl<V: GossipValidator> EventLoop<V> {
                 let (verdict, decoded) =
                     self.validator
                         .validate(&topic, message.source.as_ref(), &message.data);
-                let acceptance = match &verdict {
-                    Verdict::Accept => MessageAcceptance::Accept,
-                    Verdict::Ignore(_) => MessageAcceptance::Ignore,
-                    Verdict::Reject(_) => MessageAcceptance::Reject,
+                let ticket = GossipTicket {
+                    message_id: message_id.clone(),
+                    propagation_source,
+                    topic: topic.clone(),
                 };
-                self.swarm
-                    .behaviour_mut()
-                    .gossipsub
-                    .report_message_validation_result(&message_id, &propagation_source, acceptance);
-                match verdict {
-                    Verdict::Accept => self.state.counters.accepted += 1,
-                    Verdict::Ignore(reason) => {
-                        self.state.counters.ignored += 1;
-                        tracing::debug!(target: "gpuchain::event", event = "gossip_ignored", peer = %propagation_source, %topic, %reason);
+                // What the machines judge is held until they have; the rest is settled here.
+                let Some(checked) = decoded.filter(|_| verdict == Verdict::Accept) else {
+                    self.settle(ticket, verdict);
+                    return;
+                };
+                let to_roles =
+                    self.roles_tx.is_some() && !matches!(checked.message(), Message::NodeHello(_));
+                if to_roles {
+                    let ev = RoleEvent::Gossip {
+                        checked: Box::new(checked.clone()),
+                        ticket: ticket.clone(),
+                    };
+                    if let Some(tx) = &self.roles_tx
+                        && let Err(e) = tx.try_send(ev)
+                    {
+                        // Not judged, so not forwarded; no penalty either.
+                        crate::events::emit(
+                            NodeEvent::RolesQueueFull {
+                                error: e.to_string(),
+                            },
+                            "role runtime is behind; message dropped",
+                        );
+                        self.settle(ticket, Verdict::Ignore("RolesBusy".into()));
                         return;
                     }
-                    Verdict::Reject(reason) => {
-                        self.state.counters.rejected += 1;
-                        self.state.peer(propagation_source).rejected_messages += 1;
-                        tracing::warn!(target: "gpuchain::event", event = "gossip_rejected", peer = %propagation_source, %topic, %reason, "rejected gossip message");
-                        return;
-                    }
+                } else {
+                    self.settle(ticket, Verdict::Accept);
                 }
-                let Some(checked) = decoded else { return };
                 let received_at_us = now_us();
                 let kind = kind_name(checked.message());
                 self.state.push_message(ReceivedMessage {
@@ -640,9 +732,6 @@ impl<V: GossipValidator> EventLoop<V> {
                     received_at_us,
                     data_hex: hex::encode(&message.data),
                 });
-                if self.roles_tx.is_some() && !matches!(checked.message(), Message::NodeHello(_)) {
-                    self.send_to_roles(RoleEvent::Gossip(Box::new(checked.clone())));
-                }
                 match checked.into_message() {
                     Message::NodeHello(h) => {
                         if let Some(source) = message.source {
@@ -684,7 +773,12 @@ impl<V: GossipValidator> EventLoop<V> {
             .collect();
         rec.eth_address = Some(h.address.to_string());
         rec.last_seen = now_us();
-        tracing::debug!(target: "gpuchain::event", event = "hello", peer = %source);
+        crate::events::emit(
+            NodeEvent::Hello {
+                peer: source.to_string(),
+            },
+            "",
+        );
     }
 }
 

@@ -1,5 +1,5 @@
-//! The cloneable handle the control API and the CLI (later also the job drivers) use to
-//! ask the event loop for state and to make it act.
+//! The cloneable handle of the swarm and the blob store: the control API and the role
+//! runtime use it to ask the event loop for state and to make it act.
 
 use std::path::PathBuf;
 
@@ -8,20 +8,15 @@ use libp2p::PeerId;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::blobs::{BlobInfo, BlobNode, FetchInfo, parse_hash};
-use crate::event_loop::{Command, Status};
-use crate::roles::{RoleEvent, SubmitReply, SubmitRequest};
+use crate::event_loop::{Command, GossipTicket, Status};
+use crate::events::NodeEvent;
 use crate::state::{HeartbeatStats, PeerInfo, ReceivedMessage};
-use gpuchain_protocol::JobId;
-use gpuchain_protocol::client::JobStatus;
-use std::sync::{Arc, OnceLock};
 
 #[derive(Debug, Clone)]
 pub struct NodeHandle {
     commands: mpsc::Sender<Command>,
     blobs: BlobNode,
     shutdown: watch::Sender<bool>,
-    /// Set once the role runtime runs (nodes without roles have none).
-    roles: Arc<OnceLock<mpsc::Sender<RoleEvent>>>,
 }
 
 impl NodeHandle {
@@ -34,34 +29,7 @@ impl NodeHandle {
             commands,
             blobs,
             shutdown,
-            roles: Arc::new(OnceLock::new()),
         }
-    }
-
-    pub fn attach_roles(&self, tx: mpsc::Sender<RoleEvent>) {
-        let _ = self.roles.set(tx);
-    }
-
-    async fn ask_roles<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> RoleEvent) -> Result<T> {
-        let tx = self.roles.get().ok_or_else(|| {
-            anyhow!("this node runs no role; start it with --role client (and --rpc-url, --escrow)")
-        })?;
-        let (reply, rx) = oneshot::channel();
-        tx.send(make(reply))
-            .await
-            .map_err(|_| anyhow!("the node is shutting down"))?;
-        rx.await.map_err(|_| anyhow!("the node is shutting down"))
-    }
-
-    /// Hands a job to the client machine; answers once the chain has created it.
-    pub async fn submit_job(&self, request: SubmitRequest) -> Result<SubmitReply> {
-        self.ask_roles(|reply| RoleEvent::SubmitJob { request, reply })
-            .await?
-    }
-
-    pub async fn job_status(&self, job_id: JobId) -> Result<Option<JobStatus>> {
-        self.ask_roles(|reply| RoleEvent::JobStatus { job_id, reply })
-            .await
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T> {
@@ -107,17 +75,23 @@ impl NodeHandle {
             .await
     }
 
-    pub async fn add_blob(&self, path: PathBuf, tag: Option<String>) -> Result<BlobInfo> {
-        self.blobs.add_path(&path, tag).await
+    /// Imports a file the caller has already confined to the import folder.
+    pub async fn add_blob(
+        &self,
+        path: PathBuf,
+        name: Option<String>,
+        share: bool,
+    ) -> Result<BlobInfo> {
+        self.blobs.add_path(&path, name.as_deref(), share).await
     }
 
     /// Fetches a blob by hash from the named peers first, then from any peer that told us
-    /// its blob address; optionally exports it to a file afterwards.
+    /// its blob address; optionally exports it afterwards to a file the caller has already
+    /// confined to the export folder.
     pub async fn fetch_blob(
         &self,
         hash: &str,
         from: Vec<String>,
-        tag: Option<String>,
         export: Option<PathBuf>,
     ) -> Result<FetchInfo> {
         let hash = parse_hash(hash)?;
@@ -131,7 +105,7 @@ impl NodeHandle {
         let sources = self
             .ask(|reply| Command::BlobSources { preferred, reply })
             .await?;
-        let info = self.blobs.fetch(hash, sources, tag).await?;
+        let info = self.blobs.fetch(hash, sources).await?;
         if let Some(path) = export {
             self.blobs.export(hash, &path).await?;
         }
@@ -147,7 +121,7 @@ impl NodeHandle {
         let sources = self
             .ask(|reply| Command::BlobSources { preferred, reply })
             .await?;
-        self.blobs.fetch(hash, sources, None).await
+        self.blobs.fetch(hash, sources).await
     }
 
     /// The peers bound to an Ethereum address by their hello, connected ones first.
@@ -172,6 +146,24 @@ impl NodeHandle {
 
     pub async fn export_blob(&self, hash: &str, path: PathBuf) -> Result<u64> {
         self.blobs.export(parse_hash(hash)?, &path).await
+    }
+
+    /// Hands the machines' verdict on a held gossip message back to the swarm. Never waits:
+    /// the role runtime must not block on the swarm. A full queue leaves the message to
+    /// gossipsub's validation timeout (dropped, no penalty).
+    pub fn report_verdict(
+        &self,
+        ticket: GossipTicket,
+        verdict: gpuchain_protocol::validation::Verdict,
+    ) {
+        if let Err(e) = self.commands.try_send(Command::Verdict { ticket, verdict }) {
+            crate::events::emit(
+                NodeEvent::VerdictDropped {
+                    error: e.to_string(),
+                },
+                "the swarm is behind; a gossip verdict was not delivered",
+            );
+        }
     }
 
     pub fn shutdown(&self) {

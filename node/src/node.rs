@@ -10,20 +10,29 @@ use tokio::sync::{mpsc, watch};
 
 use crate::blobs::BlobNode;
 use crate::config::NodeConfig;
+use crate::datadir::DataDir;
 use crate::event_loop::{COMMAND_QUEUE, EventLoop};
+use crate::events::NodeEvent;
 use crate::handle::NodeHandle;
+use crate::roles::handle::RolesHandle;
 use crate::roles::{RoleRuntime, RolesConfig};
 use crate::validation::StatelessValidator;
+use std::sync::Arc;
 
-pub const LOCK_FILE: &str = "node.lock";
-pub const API_ADDR_FILE: &str = "api.addr";
-pub const BLOB_DIR: &str = "blobs";
+pub use crate::datadir::{API_ADDR_FILE, BLOB_DIR, LOCK_FILE};
 
 pub async fn run(config: NodeConfig) -> Result<()> {
     let dir = &config.data_dir;
-    prepare_data_dir(dir)?;
-    let _lock = lock_data_dir(dir)?;
-    let _ = fs::remove_file(dir.join(API_ADDR_FILE));
+    let data_dir = Arc::new(DataDir::prepare(
+        dir,
+        config.blob_import_dir.as_deref(),
+        config.blob_export_dir.as_deref(),
+        config.keystore_password_file.iter().cloned().collect(),
+    )?);
+    let _lock = data_dir.lock()?;
+    let _ = fs::remove_file(data_dir.api_addr_file());
+    // Before anything binds: a busy port is a configuration error, not something to share.
+    crate::ports::check_free(&config.listen, config.blob_bind, config.api)?;
 
     let password = config.keystore_password()?;
     let keys = crate::keys::load_or_create(dir, &password)?;
@@ -49,7 +58,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
     }
 
     let blobs = BlobNode::start(
-        &dir.join(BLOB_DIR),
+        &data_dir.blobs(),
         keys.iroh.clone(),
         config.blob_bind,
         config.relay.clone(),
@@ -60,6 +69,65 @@ pub async fn run(config: NodeConfig) -> Result<()> {
     let (cmd_tx, cmd_rx) = mpsc::channel(COMMAND_QUEUE);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let handle = NodeHandle::new(cmd_tx, blobs.clone(), shutdown_tx);
+    // The roles first: the event loop is built knowing where to send what they must see.
+    let roles = match chain {
+        None => None,
+        Some(chain) => {
+            let (follower, history) = crate::roles::chain::open_follower(&chain, dir).await?;
+            crate::events::emit(
+                NodeEvent::ChainConnected {
+                    chain_id: domain.chain_id,
+                    escrow: domain.escrow.to_string(),
+                    token: (chain.token()).to_string(),
+                    replayed_events: history.len(),
+                },
+                "chain connected",
+            );
+            let roles_config = RolesConfig {
+                roles: config.roles.clone(),
+                data_dir: dir.clone(),
+                key: eth_key.clone(),
+                chain,
+                heartbeat_period: config.heartbeat_period,
+                detector_timeout: config.detector_timeout,
+                price_per_step: config.price_per_step,
+                fault: config.fault,
+                verifier_seed: rand::random(),
+            };
+            if let Some(fault) = config.fault {
+                crate::events::emit(
+                    NodeEvent::FaultEnabled {
+                        fault: format!("{:?}", fault),
+                    },
+                    &format!(
+                        "TESTING: this provider will cheat ({fault:?}) and should be refused and slashed"
+                    ),
+                );
+            }
+            let (runtime, tx) = RoleRuntime::new(
+                roles_config,
+                handle.clone(),
+                history.iter().map(|e| e.history_entry()).collect(),
+                shutdown_rx.clone(),
+            );
+            tokio::spawn(crate::roles::chain::follow(
+                follower,
+                tx.clone(),
+                shutdown_rx.clone(),
+            ));
+            tokio::spawn(async move {
+                if let Err(e) = runtime.run().await {
+                    crate::events::emit(
+                        NodeEvent::RolesFailed {
+                            error: format!("{e:#}"),
+                        },
+                        "role runtime stopped",
+                    );
+                }
+            });
+            Some(RolesHandle::new(tx))
+        }
+    };
     let mut event_loop = EventLoop::new(
         swarm,
         blobs.clone(),
@@ -67,77 +135,65 @@ pub async fn run(config: NodeConfig) -> Result<()> {
         cmd_rx,
         shutdown_rx.clone(),
         &config,
-        eth_key.clone(),
+        eth_key,
+        roles.as_ref().map(RolesHandle::sender),
     );
     event_loop.start(&config)?;
 
-    if let Some(chain) = chain {
-        let (follower, history) = crate::roles::chain::open_follower(&chain, dir).await?;
-        tracing::info!(target: "gpuchain::event", event = "chain_connected", chain_id = domain.chain_id, escrow = %domain.escrow, token = %chain.token(), replayed_events = history.len(), "chain connected");
-        let roles_config = RolesConfig {
-            roles: config.roles.clone(),
-            data_dir: dir.clone(),
-            key: eth_key,
-            chain,
-            heartbeat_period: config.heartbeat_period,
-            detector_timeout: config.detector_timeout,
-            price_per_step: config.price_per_step,
-            fault: config.fault,
-            verifier_seed: rand::random(),
-        };
-        if let Some(fault) = config.fault {
-            tracing::warn!(target: "gpuchain::event", event = "fault_enabled", fault = ?fault, "TESTING: this provider will cheat ({fault:?}) and should be refused and slashed");
-        }
-        let (runtime, tx) = RoleRuntime::new(
-            roles_config,
-            handle.clone(),
-            history.iter().map(|e| e.history_entry()).collect(),
-            shutdown_rx.clone(),
-        );
-        event_loop.attach_roles(tx.clone());
-        handle.attach_roles(tx.clone());
-        tokio::spawn(crate::roles::chain::follow(
-            follower,
-            tx,
-            shutdown_rx.clone(),
-        ));
-        tokio::spawn(async move {
-            if let Err(e) = runtime.run().await {
-                tracing::error!(target: "gpuchain::event", event = "roles_failed", error = %format!("{e:#}"), "role runtime stopped");
-            }
-        });
-    }
-
-    tracing::info!(
-        target: "gpuchain::event",
-        event = "started",
-        peer_id = %peer_id,
-        eth_address = %eth_address,
-        blob_endpoint = %hex::encode(blobs.id().as_bytes()),
-        roles = ?config.roles,
-        "node started"
+    crate::events::emit(
+        NodeEvent::Started {
+            peer_id: peer_id.to_string(),
+            eth_address: eth_address.to_string(),
+            blob_endpoint: (hex::encode(blobs.id().as_bytes())).to_string(),
+            roles: config
+                .roles
+                .iter()
+                .map(|r| format!("{r:?}").to_lowercase())
+                .collect(),
+        },
+        "node started",
     );
 
     if let Some(addr) = config.api {
+        let token = gpuchain_api::auth::load_or_create_token(dir).map_err(|e| {
+            anyhow!(
+                "cannot create the API token {}: {e}",
+                gpuchain_api::auth::token_path(dir).display()
+            )
+        })?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow!("cannot bind the control API on {addr}: {e}"))?;
         let bound = listener.local_addr()?;
-        write_atomically(&dir.join(API_ADDR_FILE), bound.to_string().as_bytes())?;
-        tracing::info!(target: "gpuchain::event", event = "api_listening", addr = %bound, "control API listening");
-        tokio::spawn(crate::api::serve(listener, handle.clone()));
+        // The token is in place before the address: a caller that sees api.addr can read both.
+        write_atomically(&data_dir.api_addr_file(), bound.to_string().as_bytes())?;
+        crate::events::emit(
+            NodeEvent::ApiListening {
+                addr: bound.to_string(),
+                token_file: (gpuchain_api::auth::token_path(dir).display()).to_string(),
+            },
+            "control API listening",
+        );
+        let access = crate::api::Access::new(token, bound);
+        tokio::spawn(crate::api::serve(
+            listener,
+            handle.clone(),
+            roles,
+            data_dir.clone(),
+            access,
+        ));
     }
 
     let signals = handle.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!(target: "gpuchain::event", event = "signal", "shutting down on signal");
+        crate::events::emit(NodeEvent::Signal, "shutting down on signal");
         signals.shutdown();
     });
 
     let result = event_loop.run(config.bootstrap_timeout).await;
     blobs.shutdown().await;
-    let _ = fs::remove_file(dir.join(API_ADDR_FILE));
+    let _ = fs::remove_file(data_dir.api_addr_file());
     result
 }
 
@@ -150,45 +206,6 @@ async fn connect_chain(
         .as_deref()
         .ok_or_else(|| anyhow!("roles need --rpc-url"))?;
     crate::commands::connect_to(rpc_url, config.escrow_domain.escrow, config.token, key).await
-}
-
-fn prepare_data_dir(dir: &Path) -> Result<()> {
-    if dir.exists() && !dir.is_dir() {
-        bail!(
-            "data dir {} exists but is not a directory; pass --data-dir with a directory path",
-            dir.display()
-        );
-    }
-    fs::create_dir_all(dir).with_context(|| {
-        format!(
-            "cannot create data dir {}: check that its parent exists and is writable",
-            dir.display()
-        )
-    })?;
-    Ok(())
-}
-
-fn lock_data_dir(dir: &Path) -> Result<fs::File> {
-    let path = dir.join(LOCK_FILE);
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| {
-            format!(
-                "cannot write to data dir {}: check its permissions (the node needs to create files in it)",
-                dir.display()
-            )
-        })?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(fs::TryLockError::WouldBlock) => bail!(
-            "data dir {} is in use by another gpuchain node; stop it or pick another --data-dir",
-            dir.display()
-        ),
-        Err(fs::TryLockError::Error(e)) => Err(anyhow!("cannot lock {}: {e}", path.display())),
-    }
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {

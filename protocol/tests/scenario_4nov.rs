@@ -1,9 +1,11 @@
 //! The product page's 4 Nov run, played through the three roles in virtual time with a
-//! scripted escrow and scripted trainer/verifier results, asserting every decision:
+//! the escrow model and scripted trainer/verifier results, asserting every decision:
 //! fashion-cnn, 400 steps, checkpoint every 50; A trains and 50..150 are accepted; A dies at
 //! step 158 and is noticed within 0.3 s; P resumes from 150 in a new epoch, its checkpoint
 //! fails the quality test and both verifiers reject it; B resumes from 150 and finishes.
-//! Payouts: A 150 steps, B 250 steps, P nothing.
+//! Payouts: A 150 steps, B 250 steps, P nothing and slashed. The chain is the escrow model
+//! (`gpuchain_protocol::escrow`), the one the simulator runs and the differential test holds
+//! to the contract, so every transaction the machines submit meets the contract's checks.
 // Test code: a broken fixture should fail loudly where it is read.
 #![allow(clippy::unwrap_used)]
 
@@ -14,11 +16,11 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Duration;
 
 use common::*;
-use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
+use gpuchain_protocol::chain::{ChainEvent, ChainTx, TxId};
 use gpuchain_protocol::client::JobParams;
-use gpuchain_protocol::eip712::{BidFields, VoteFields};
+use gpuchain_protocol::escrow::{Escrow, Status};
 use gpuchain_protocol::io::QualityReport;
-use gpuchain_protocol::signing::{Scheme, Sig65, SigningKey};
+use gpuchain_protocol::signing::SigningKey;
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{
     Address, Client, ClientConfig, Hash, Input, Notice, Output, Provider, ProviderConfig,
@@ -41,171 +43,6 @@ const BUDGET: u64 = 5_000_000;
 
 fn tag(node: usize) -> u8 {
     [0, 0xa, 0xf, 0xb][node]
-}
-
-/// Just enough of JobEscrow to play the story: epochs, bid and vote signature checks,
-/// pull-payment credits and the refund.
-struct Escrow {
-    verifiers: Vec<Address>,
-    quorum: usize,
-    total: u64,
-    epoch: u64,
-    active: bool,
-    provider: Address,
-    price: U256,
-    last_step: u64,
-    last_hash: Hash,
-    paid: U256,
-    credits: BTreeMap<Address, U256>,
-    done: bool,
-}
-
-impl Escrow {
-    fn check_sigs(
-        &self,
-        epoch: u64,
-        step: u64,
-        hash: Hash,
-        accept: bool,
-        sigs: &[Sig65],
-    ) -> Result<(), String> {
-        let fields = VoteFields {
-            job_id: job(),
-            epoch,
-            step,
-            checkpoint_hash: hash,
-            accept,
-        };
-        let mut last = Address::ZERO;
-        for s in sigs {
-            let who = fields
-                .recover(&domain(), Scheme::Secp256k1, s)
-                .map_err(|e| e.to_string())?;
-            if who <= last || !self.verifiers.contains(&who) {
-                return Err("unsorted, repeated or unlisted signer".into());
-            }
-            last = who;
-        }
-        if sigs.len() < self.quorum {
-            Err("no quorum".into())
-        } else {
-            Ok(())
-        }
-    }
-
-    fn execute(&mut self, tx: ChainTx) -> Result<Vec<ChainEvent>, String> {
-        let job_id = job();
-        match tx {
-            ChainTx::CreateJob { .. } => Ok(vec![job_created(&keys())]),
-            ChainTx::Assign {
-                provider,
-                price_per_step,
-                bid_expiry,
-                bid_signature,
-                ..
-            } => {
-                let fields = BidFields {
-                    job_id,
-                    epoch: self.epoch + 1,
-                    provider,
-                    price_per_step,
-                    expiry: bid_expiry,
-                };
-                if fields.recover(&domain(), Scheme::Secp256k1, &bid_signature) != Ok(provider) {
-                    return Err("bad bid signature".into());
-                }
-                let mut events = vec![];
-                if self.active {
-                    events.push(ChainEvent::EpochEnded {
-                        job_id,
-                        epoch: self.epoch,
-                        reason: EpochEndReason::Replaced,
-                    });
-                }
-                self.epoch += 1;
-                self.active = true;
-                self.provider = provider;
-                self.price = price_per_step;
-                events.push(ChainEvent::ProviderAssigned {
-                    job_id,
-                    epoch: self.epoch,
-                    provider,
-                    price_per_step,
-                    start_step: self.last_step,
-                    start_checkpoint: self.last_hash,
-                });
-                Ok(events)
-            }
-            ChainTx::AcceptCheckpoint {
-                epoch,
-                step,
-                checkpoint_hash,
-                sigs,
-                ..
-            } => {
-                if !self.active || epoch != self.epoch || step <= self.last_step {
-                    return Err("not the current epoch or step".into());
-                }
-                self.check_sigs(epoch, step, checkpoint_hash, true, &sigs)?;
-                let amount = U256::from(step - self.last_step) * self.price;
-                *self.credits.entry(self.provider).or_default() += amount;
-                self.paid += amount;
-                self.last_step = step;
-                self.last_hash = checkpoint_hash;
-                let mut events = vec![ChainEvent::CheckpointAccepted {
-                    job_id,
-                    epoch,
-                    step,
-                    checkpoint_hash,
-                    provider: self.provider,
-                    amount,
-                }];
-                if step == self.total {
-                    self.active = false;
-                    self.done = true;
-                    events.push(ChainEvent::EpochEnded {
-                        job_id,
-                        epoch,
-                        reason: EpochEndReason::Completed,
-                    });
-                    events.push(ChainEvent::JobCompleted {
-                        job_id,
-                        refund: U256::from(BUDGET) - self.paid,
-                    });
-                }
-                Ok(events)
-            }
-            ChainTx::RejectCheckpoint {
-                epoch,
-                step,
-                checkpoint_hash,
-                sigs,
-                ..
-            } => {
-                if !self.active || epoch != self.epoch {
-                    return Err("not the current epoch".into());
-                }
-                self.check_sigs(epoch, step, checkpoint_hash, false, &sigs)?;
-                self.active = false;
-                Ok(vec![
-                    ChainEvent::CheckpointRejected {
-                        job_id,
-                        epoch,
-                        step,
-                        checkpoint_hash,
-                        provider: self.provider,
-                        slashed: U256::from(100),
-                    },
-                    ChainEvent::EpochEnded {
-                        job_id,
-                        epoch,
-                        reason: EpochEndReason::Rejected,
-                    },
-                ])
-            }
-            other => Err(format!("unexpected transaction {other:?}")),
-        }
-    }
 }
 
 enum Event {
@@ -231,7 +68,10 @@ struct World {
     alive: Vec<bool>,
     trainers: BTreeMap<usize, Trainer>,
     escrow: Escrow,
+    /// Each node's address: the sender of its transactions.
+    addresses: Vec<Address>,
     chain_log: Vec<(Time, ChainEvent)>,
+    tx_failures: Vec<(usize, String)>,
     notices: Vec<(Time, usize, Notice)>,
     starts: Vec<(Time, usize, u64, u64, Hash)>,
     verdicts: Vec<(usize, Verdict)>,
@@ -396,32 +236,39 @@ impl World {
                     self.route(to);
                 }
             }
-            Event::Tx { from, id, tx } => match self.escrow.execute(tx) {
-                Ok(events) => {
-                    for event in events {
-                        self.chain_log.push((now, event.clone()));
-                        let block_time = BLOCK_TIME + now.as_millis() / 1000;
-                        for to in 0..self.nodes.len() {
-                            if self.alive[to] {
-                                self.nodes[to].handle_input(
-                                    now,
-                                    Input::Chain {
-                                        block_time,
-                                        event: event.clone(),
-                                    },
-                                );
-                                self.route(to);
+            Event::Tx { from, id, tx } => {
+                let block_time = BLOCK_TIME + now.as_millis() / 1000;
+                match self
+                    .escrow
+                    .apply(&tx.into(), self.addresses[from], block_time)
+                {
+                    Ok(events) => {
+                        for event in events.into_iter().filter_map(|e| e.job().cloned()) {
+                            self.chain_log.push((now, event.clone()));
+                            for to in 0..self.nodes.len() {
+                                if self.alive[to] {
+                                    self.nodes[to].handle_input(
+                                        now,
+                                        Input::Chain {
+                                            block_time,
+                                            event: event.clone(),
+                                        },
+                                    );
+                                    self.route(to);
+                                }
                             }
                         }
                     }
-                }
-                Err(reason) => {
-                    if self.alive[from] {
-                        self.nodes[from].handle_input(now, Input::TxFailed { id, reason });
-                        self.route(from);
+                    Err(e) => {
+                        self.tx_failures.push((from, e.to_string()));
+                        if self.alive[from] {
+                            let reason = e.to_string();
+                            self.nodes[from].handle_input(now, Input::TxFailed { id, reason });
+                            self.route(from);
+                        }
                     }
                 }
-            },
+            }
             Event::TrainStep { node, epoch } => {
                 if !self.alive[node] {
                     return true;
@@ -480,7 +327,7 @@ fn four_november_story() {
     client.create_job(
         spec(),
         JobParams {
-            token: Address::repeat_byte(0x5d),
+            token: TOKEN,
             budget: U256::from(BUDGET),
             max_price_per_step: U256::from(MAX_PRICE),
             verifiers: vec![k.v1.address(), k.v2.address()],
@@ -510,21 +357,13 @@ fn four_november_story() {
         ],
         alive: vec![true; 6],
         trainers: BTreeMap::new(),
-        escrow: Escrow {
-            verifiers: vec![k.v1.address(), k.v2.address()],
-            quorum: 2,
-            total: 400,
-            epoch: 0,
-            active: false,
-            provider: Address::ZERO,
-            price: U256::ZERO,
-            last_step: 0,
-            last_hash: spec().spec_hash(),
-            paid: U256::ZERO,
-            credits: BTreeMap::new(),
-            done: false,
-        },
+        escrow: escrow(&k),
+        addresses: [&k.client, &k.a, &k.p, &k.b, &k.v1, &k.v2]
+            .iter()
+            .map(|key| key.address())
+            .collect(),
         chain_log: vec![],
+        tx_failures: vec![],
         notices: vec![],
         starts: vec![],
         verdicts: vec![],
@@ -709,11 +548,28 @@ fn four_november_story() {
                 epoch: 2
             }));
 
-    // Payouts: A 150 steps × 1000, B 250 steps × 3000, P nothing; the rest refunded.
-    assert!(w.escrow.done);
-    assert_eq!(w.escrow.credits.get(&addr(A)), Some(&U256::from(150_000)));
-    assert_eq!(w.escrow.credits.get(&addr(B)), Some(&U256::from(750_000)));
-    assert_eq!(w.escrow.credits.get(&addr(P)), None);
+    // Every transaction the machines sent passed the contract's checks.
+    assert!(w.tx_failures.is_empty(), "{:?}", w.tx_failures);
+
+    // Payouts: A 150 steps × 1000, B 250 steps × 3000, P nothing; the rest refunded; P's
+    // stake slashed to the client.
+    let e = &w.escrow;
+    assert_eq!(e.job(job()).map(|j| j.status), Some(Status::Completed));
+    assert_eq!(e.withdrawable(addr(A), TOKEN), U256::from(150_000));
+    assert_eq!(e.withdrawable(addr(B), TOKEN), U256::from(750_000));
+    assert_eq!(e.withdrawable(addr(P), TOKEN), U256::ZERO);
+    assert_eq!(e.stake_of(addr(P)).amount, U256::ZERO);
+    assert_eq!(e.stake_of(addr(B)).amount, U256::from(MIN_STAKE));
+    // The client's refund and P's slashed stake: credited, or already withdrawn.
+    let client_total = e.withdrawable(addr(CLIENT), TOKEN) + e.balance_of(TOKEN, addr(CLIENT));
+    assert_eq!(
+        client_total,
+        U256::from(5_000_000u64 - BUDGET + 4_100_000 + MIN_STAKE)
+    );
+    assert_eq!(
+        e.balance_of(TOKEN, domain().escrow),
+        e.owed_recomputed(TOKEN)
+    );
     let refund = w.chain_log.iter().find_map(|(_, e)| match e {
         ChainEvent::JobCompleted { refund, .. } => Some(*refund),
         _ => None,

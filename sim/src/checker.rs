@@ -5,7 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::escrow::{self, Account, Amount, ESCROW, Epoch, JobId, Status, Step};
+use gpuchain_protocol::chain::ChainEvent;
+use gpuchain_protocol::{Address, U256};
+
+use crate::escrow::{self, Epoch, JobId, Status, Step, TOKEN, job_no};
 use crate::queue::Millis;
 use crate::world::World;
 
@@ -37,14 +40,14 @@ pub const LIVENESS: &str = "liveness-after-faults-stop";
 
 #[derive(Clone, Debug, Default)]
 struct Book {
-    client: Account,
-    deposit: Amount,
+    client: Address,
+    deposit: U256,
     total_steps: Step,
     epoch: Epoch,
     live: bool,
-    price: Amount,
+    price: U256,
     last_step: Step,
-    paid: Amount,
+    paid: U256,
     ended: bool,
 }
 
@@ -56,10 +59,10 @@ pub struct Checker {
     slack_s: u64,
     pending: Option<Failure>,
     jobs: Vec<Book>,
-    credits: BTreeMap<Account, Amount>,
-    stakes: BTreeMap<Account, Amount>,
+    credits: BTreeMap<Address, U256>,
+    stakes: BTreeMap<Address, U256>,
     /// What the escrow should hold, from deposits in and withdrawals out.
-    holdings: Amount,
+    holdings: U256,
     watch: BTreeSet<(u64, JobId)>,
 }
 
@@ -72,7 +75,7 @@ impl Checker {
             jobs: Vec::new(),
             credits: BTreeMap::new(),
             stakes: BTreeMap::new(),
-            holdings: 0,
+            holdings: U256::ZERO,
             watch: BTreeSet::new(),
         }
     }
@@ -100,46 +103,85 @@ impl Checker {
                 detail,
             })
         };
-        match e {
-            escrow::Event::JobCreated {
-                job_id,
-                client,
-                budget,
-            } => {
-                let Some(j) = w.escrow.job(*job_id) else {
-                    return fail(
-                        FUNDS_CONSERVED,
-                        format!("job {job_id} created but not stored"),
-                    );
-                };
-                self.jobs.push(Book {
-                    client: *client,
-                    deposit: *budget,
-                    total_steps: j.total_steps,
-                    ..Book::default()
-                });
-                self.holdings += budget;
-                self.watch.insert((
-                    j.deadline
-                        .saturating_add(j.grace)
-                        .saturating_add(self.slack_s),
-                    *job_id,
-                ));
-            }
+        let job = match e {
+            escrow::Event::Job(job) => job,
             escrow::Event::Staked {
                 provider, amount, ..
             } => {
                 self.holdings += amount;
                 *self.stakes.entry(*provider).or_default() += amount;
+                return Ok(());
             }
-            escrow::Event::ProviderAssigned {
-                job_id,
+            escrow::Event::Withdrawn {
+                account, amount, ..
+            } => {
+                let owed = self
+                    .credits
+                    .insert(*account, U256::ZERO)
+                    .unwrap_or_default();
+                if owed != *amount {
+                    return fail(
+                        NO_DOUBLE_PAY,
+                        format!("account {account} withdrew {amount}, was owed {owed}"),
+                    );
+                }
+                self.holdings = self.holdings.saturating_sub(*amount);
+                return Ok(());
+            }
+            escrow::Event::StakeWithdrawn { provider, amount } => {
+                let st = self
+                    .stakes
+                    .insert(*provider, U256::ZERO)
+                    .unwrap_or_default();
+                if st != *amount {
+                    return fail(
+                        NO_DOUBLE_PAY,
+                        format!("provider {provider} withdrew stake {amount}, had {st}"),
+                    );
+                }
+                self.holdings = self.holdings.saturating_sub(*amount);
+                return Ok(());
+            }
+            // The slash's books are kept from `CheckpointRejected`, which carries it too.
+            escrow::Event::Slashed { .. } | escrow::Event::UnbondRequested { .. } => {
+                return Ok(());
+            }
+        };
+        let job_id = job_no(job.job_id());
+        match job {
+            ChainEvent::JobCreated {
+                client,
+                budget,
+                total_steps,
+                deadline,
+                grace,
+                ..
+            } => {
+                if w.escrow.job(job.job_id()).is_none() {
+                    return fail(
+                        FUNDS_CONSERVED,
+                        format!("job {job_id} created but not stored"),
+                    );
+                }
+                self.jobs.push(Book {
+                    client: *client,
+                    deposit: *budget,
+                    total_steps: *total_steps,
+                    ..Book::default()
+                });
+                self.holdings += budget;
+                self.watch.insert((
+                    deadline.saturating_add(*grace).saturating_add(self.slack_s),
+                    job_id,
+                ));
+            }
+            ChainEvent::ProviderAssigned {
                 epoch,
                 price_per_step,
                 start_step,
                 ..
             } => {
-                let Some(b) = self.book(*job_id) else {
+                let Some(b) = self.book(job_id) else {
                     return fail(NO_DOUBLE_PAY, format!("assign on unknown job {job_id}"));
                 };
                 if *epoch != b.epoch + 1 || *start_step != b.last_step || b.ended {
@@ -155,8 +197,8 @@ impl Checker {
                 b.live = true;
                 b.price = *price_per_step;
             }
-            escrow::Event::EpochEnded { job_id, epoch, .. } => {
-                let Some(b) = self.book(*job_id) else {
+            ChainEvent::EpochEnded { epoch, .. } => {
+                let Some(b) = self.book(job_id) else {
                     return Ok(());
                 };
                 if !b.live || b.epoch != *epoch {
@@ -167,16 +209,21 @@ impl Checker {
                 }
                 b.live = false;
             }
-            escrow::Event::CheckpointAccepted {
-                job_id,
+            ChainEvent::CheckpointAccepted {
                 epoch,
                 step,
                 checkpoint_hash,
                 provider,
                 amount,
+                ..
             } => {
-                let truth = w.truths.get(checkpoint_hash).cloned();
-                let Some(b) = self.book(*job_id) else {
+                let truth = w
+                    .driver
+                    .as_ref()
+                    .and_then(|d| d.known_id(checkpoint_hash))
+                    .and_then(|h| w.truths.get(&h))
+                    .cloned();
+                let Some(b) = self.book(job_id) else {
                     return fail(NO_DOUBLE_PAY, format!("pay on unknown job {job_id}"));
                 };
                 if !b.live || b.epoch != *epoch {
@@ -197,7 +244,7 @@ impl Checker {
                         ),
                     );
                 }
-                let due = Amount::from(step - b.last_step) * b.price;
+                let due = U256::from(step - b.last_step) * b.price;
                 if *amount != due {
                     return fail(
                         NO_DOUBLE_PAY,
@@ -208,12 +255,10 @@ impl Checker {
                     None => {
                         return fail(
                             NO_JUNK_PAID,
-                            format!(
-                                "job {job_id}: paid for unknown checkpoint {checkpoint_hash:#x}"
-                            ),
+                            format!("job {job_id}: paid for unknown checkpoint {checkpoint_hash}"),
                         );
                     }
-                    Some(t) if t.job != *job_id || t.step != *step || t.epoch != *epoch => {
+                    Some(t) if t.job != job_id || t.step != *step || t.epoch != *epoch => {
                         return fail(
                             NO_JUNK_PAID,
                             format!(
@@ -246,14 +291,13 @@ impl Checker {
                 }
                 *self.credits.entry(*provider).or_default() += amount;
             }
-            escrow::Event::CheckpointRejected {
-                job_id,
+            ChainEvent::CheckpointRejected {
                 epoch,
                 provider,
                 slashed,
                 ..
             } => {
-                let Some(b) = self.book(*job_id) else {
+                let Some(b) = self.book(job_id) else {
                     return Ok(());
                 };
                 if !b.live || b.epoch != *epoch {
@@ -273,10 +317,9 @@ impl Checker {
                 *st -= slashed;
                 *self.credits.entry(client).or_default() += slashed;
             }
-            escrow::Event::JobCompleted { job_id, refund }
-            | escrow::Event::JobExpired { job_id, refund } => {
-                let completed = matches!(e, escrow::Event::JobCompleted { .. });
-                let Some(b) = self.book(*job_id) else {
+            ChainEvent::JobCompleted { refund, .. } | ChainEvent::JobExpired { refund, .. } => {
+                let completed = matches!(job, ChainEvent::JobCompleted { .. });
+                let Some(b) = self.book(job_id) else {
                     return Ok(());
                 };
                 if b.ended {
@@ -305,27 +348,6 @@ impl Checker {
                 let client = b.client;
                 *self.credits.entry(client).or_default() += refund;
             }
-            escrow::Event::Withdrawn { account, amount } => {
-                let owed = self.credits.insert(*account, 0).unwrap_or(0);
-                if owed != *amount {
-                    return fail(
-                        NO_DOUBLE_PAY,
-                        format!("account {account} withdrew {amount}, was owed {owed}"),
-                    );
-                }
-                self.holdings = self.holdings.saturating_sub(*amount);
-            }
-            escrow::Event::StakeWithdrawn { provider, amount } => {
-                let st = self.stakes.insert(*provider, 0).unwrap_or(0);
-                if st != *amount {
-                    return fail(
-                        NO_DOUBLE_PAY,
-                        format!("provider {provider} withdrew stake {amount}, had {st}"),
-                    );
-                }
-                self.holdings = self.holdings.saturating_sub(*amount);
-            }
-            escrow::Event::UnbondRequested { .. } => {}
         }
         Ok(())
     }
@@ -343,15 +365,15 @@ impl Checker {
 
     /// Balances only move when a block executes, so these run after blocks only.
     fn books_checks(&mut self, w: &World) -> Result<(), Failure> {
-        let held = w.escrow.ledger.balance(ESCROW);
-        if held != self.holdings || held != w.escrow.liabilities() {
+        let held = w.escrow.balance_of(TOKEN, w.escrow.address());
+        if held != self.holdings || held != w.escrow.owed(TOKEN) {
             return Err(Failure {
                 checker: FUNDS_CONSERVED,
                 at: w.now,
                 detail: format!(
                     "escrow holds {held}, deposits less withdrawals say {}, its books say it owes {}",
                     self.holdings,
-                    w.escrow.liabilities()
+                    w.escrow.owed(TOKEN)
                 ),
             });
         }
@@ -368,7 +390,7 @@ impl Checker {
                 break;
             }
             self.watch.pop_first();
-            let status = w.escrow.job(job).map(|j| j.status);
+            let status = w.escrow.job(U256::from(job)).map(|j| j.status);
             if !matches!(status, Some(Status::Completed | Status::Expired)) {
                 return Err(Failure {
                     checker: ENDS_BY_DEADLINE,
@@ -384,10 +406,13 @@ impl Checker {
     }
 
     fn books_balance(&self, w: &World) -> Result<(), Failure> {
-        let held = w.escrow.ledger.balance(ESCROW);
-        let owed = w.escrow.liabilities_recomputed();
-        let supply = w.escrow.ledger.supply();
-        let total = w.escrow.ledger.sum_of_balances();
+        let held = w.escrow.balance_of(TOKEN, w.escrow.address());
+        let owed = w.escrow.owed_recomputed(TOKEN);
+        let token = w.escrow.token(TOKEN);
+        let supply = token.map(|t| t.total_supply()).unwrap_or_default();
+        let total = token.map_or(U256::ZERO, |t| {
+            t.balances().fold(U256::ZERO, |a, (_, b)| a + b)
+        });
         if held != owed || supply != total {
             return Err(Failure {
                 checker: FUNDS_CONSERVED,

@@ -18,7 +18,8 @@ pub struct SimCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum SimAction {
-    /// Run a preset (nov4, break-it, faults, churn-10k) or a config file (.toml).
+    /// Run a preset (nov4, break-it, faults, faults-protocol, churn-10k) or a config file
+    /// (.toml).
     Run(RunArgs),
     /// List the presets.
     Presets,
@@ -44,10 +45,6 @@ pub struct RunArgs {
     /// Write the escrow call log (JSON) here, for replay against the contract.
     #[arg(long)]
     pub calls: Option<PathBuf>,
-    /// Who plays the roles: `protocol` (the protocol crate's machines; small runs) or
-    /// `stand-in` (the sim's own behaviours; any scale). Default: the config's.
-    #[arg(long)]
-    pub driver: Option<String>,
 }
 
 pub fn load(target: &str) -> Result<SimConfig> {
@@ -113,12 +110,6 @@ fn run_args(args: RunArgs) -> Result<()> {
     let mut cfg = load(&args.target)?;
     if args.calls.is_some() {
         cfg.keep_call_log = true;
-    }
-    match args.driver.as_deref() {
-        None => {}
-        Some("protocol") => cfg.driver = crate::config::DriverKind::Protocol,
-        Some("stand-in") => cfg.driver = crate::config::DriverKind::StandIn,
-        Some(other) => bail!("--driver must be `protocol` or `stand-in`, not `{other}`"),
     }
     let seeds = args.seed..args.seed.saturating_add(args.seeds.max(1));
     let single = seeds.end - seeds.start == 1;

@@ -39,21 +39,8 @@ pub struct SimConfig {
     pub script: Vec<ScriptedFault>,
     /// Check the escrow's books from scratch after every event (slow at scale).
     pub full_checks: bool,
-    /// Keep the escrow call log (for the differential test and `--calls`).
+    /// Keep the escrow call log (for `--calls` and replaying a run call by call).
     pub keep_call_log: bool,
-    /// Who plays the roles: the protocol crate's machines, or the sim's stand-ins.
-    pub driver: DriverKind,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DriverKind {
-    /// The simulator's own role behaviours (`roles`): fast, for scale.
-    #[default]
-    StandIn,
-    /// `gpuchain_protocol`'s Client, Provider and Verifier (`drive`): real messages and
-    /// signatures, for small runs.
-    Protocol,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -110,13 +97,15 @@ pub struct ProtocolConfig {
     /// Idle providers an offer reaches before its bid window closes (a gossip mesh reaches
     /// some, not all, of 10,000 peers in half a second).
     pub offer_fanout: u32,
-    /// How long a client waits for a verdict on the final checkpoint before releasing.
-    pub decision_timeout_ms: u64,
-    /// How often a provider announces its latest undecided checkpoint again.
-    pub reannounce_ms: u64,
+    /// Deliver heartbeats only to the job's client, as on a heartbeat channel that only
+    /// clients subscribe to, instead of to every subscriber of the job's topic as the node
+    /// does today. The verifiers there do nothing with a heartbeat, so this drops deliveries
+    /// no machine acts on (three in four with three verifiers); the run differs from one
+    /// without it only through the network's draws. For runs whose cost is heartbeats.
+    pub client_only_heartbeats: bool,
     /// Provider stake, token units (also the escrow's minStake).
     pub stake: u128,
-    /// How the protocol machines sign (protocol driver): `secp256k1`, what the node does,
+    /// How the protocol machines sign: `secp256k1`, what the node does,
     /// or `simulated`, signatures that name their signer and cost nothing, for runs where
     /// secp256k1 would be nearly all the work (`gpuchain_protocol::signing::Scheme`).
     pub signatures: gpuchain_protocol::signing::Scheme,
@@ -229,7 +218,6 @@ impl Default for SimConfig {
             script: Vec::new(),
             full_checks: true,
             keep_call_log: false,
-            driver: DriverKind::StandIn,
         }
     }
 }
@@ -274,8 +262,7 @@ impl Default for ProtocolConfig {
             bid_window_ms: 500,
             bid_ttl_s: 60,
             offer_fanout: 32,
-            decision_timeout_ms: 60_000,
-            reannounce_ms: 5_000,
+            client_only_heartbeats: false,
             stake: 10 * USDC,
             signatures: gpuchain_protocol::signing::Scheme::Secp256k1,
         }
@@ -403,8 +390,17 @@ const MAX_SECONDS: f64 = 100.0 * 365.0 * 86_400.0;
 impl SimConfig {
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let cfg: SimConfig = toml::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            // Configs written for the stand-in roles, which are gone, say what changed.
+            if message.contains("unknown field `driver`") {
+                return bad(
+                    "driver",
+                    "no longer a setting: every run plays the roles with the protocol \
+                     crate's machines (the simulator's stand-ins were removed); delete the line",
+                );
+            }
             // toml names the key in its message; keep its words, they point at the line.
-            bad("(toml)", e.to_string().trim().to_string())
+            bad("(toml)", message.trim().to_string())
         })?;
         cfg.validate()?;
         Ok(cfg)
@@ -530,12 +526,6 @@ impl SimConfig {
                 "must be positive (it is the escrow's minStake)",
             ));
         }
-        if p.reannounce_ms == 0 {
-            return Err(bad("protocol.reannounce_ms", "must be positive"));
-        }
-        if p.decision_timeout_ms == 0 {
-            return Err(bad("protocol.decision_timeout_ms", "must be positive"));
-        }
         let n = &self.network;
         check_nonneg("network.latency_median_ms", n.latency_median_ms)?;
         check_nonneg("network.latency_sigma", n.latency_sigma)?;
@@ -605,9 +595,7 @@ impl SimConfig {
                 ));
             }
         }
-        if self.driver == DriverKind::Protocol
-            && j.checkpoint_interval > gpuchain_protocol::spec::MAX_CHECKPOINT_INTERVAL
-        {
+        if j.checkpoint_interval > gpuchain_protocol::spec::MAX_CHECKPOINT_INTERVAL {
             return Err(bad(
                 "job.checkpoint_interval",
                 "the protocol's announcements carry at most 1024 state hashes",
@@ -646,6 +634,9 @@ mod tests {
         assert_eq!(e.field, "job.budget");
         let e = SimConfig::from_toml("bogus = 1").expect_err("unknown");
         assert!(e.reason.contains("bogus"), "{e}");
+        let e = SimConfig::from_toml("driver = \"stand-in\"").expect_err("stand-ins are gone");
+        assert_eq!(e.field, "driver");
+        assert!(e.reason.contains("protocol crate's machines"), "{e}");
         let e = SimConfig::from_toml("duration_s = \"long\"").expect_err("type");
         assert!(e.to_string().contains("duration_s"), "{e}");
         let e = SimConfig::from_toml("[[script]]\nat_s = 1.0\nprovider = \"Z\"\naction = \"kill\"")

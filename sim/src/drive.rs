@@ -1,6 +1,6 @@
-//! The adapter that runs the protocol crate's own role machines (`gpuchain_protocol::Client`,
-//! `Provider`, `Verifier`) inside the simulator, in place of the stand-ins in `roles`: gossip
-//! is delivered to a topic's subscribers over the simulated network, transactions go to the
+//! The adapter that runs the protocol crate's own role machines inside the simulator: each
+//! node hosts one `gpuchain_protocol::roles::Roles`, the composite of `Client`, `Provider`
+//! and `Verifier` a node hosts, with the roles that node plays. Gossip is delivered to a topic's subscribers over the simulated network, transactions go to the
 //! escrow model (signers recovered from the real EIP-712 signatures), escrow events come back
 //! as `Input::Chain`, and the trainer, blob store and verifier runners are answered from the
 //! training model and each checkpoint's ground truth.
@@ -9,8 +9,8 @@
 //! (what bounds this driver's speed in large runs), or the protocol crate's simulated scheme,
 //! which keeps every check and drops the curve. The run's report counts them (`signatures`).
 //!
-//! What reaches whom, at scale (see README.md, "The protocol driver at scale"): an offer on the
-//! jobs topic reaches `offer_fanout` random subscribers (the stand-ins' mesh assumption); a
+//! What reaches whom, at scale (see README.md, "What reaches whom"): an offer on the
+//! jobs topic reaches `offer_fanout` random subscribers (a mesh reaches some, not all); a
 //! chain event reaches the nodes that follow its job (client, listed verifiers, providers that
 //! know the job); a provider's chain client reads a job from the chain (`JobCreated`, and its
 //! end if it has ended) the first time an offer or an assignment for it reaches the machine.
@@ -18,10 +18,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpuchain_protocol as gp;
-use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
-use gpuchain_protocol::eip712::{BidFields, EscrowDomain, VoteFields};
-use gpuchain_protocol::io::{Input, Notice, Output, QualityReport, StateMachine};
+use gpuchain_protocol::chain::{ChainEvent, ChainTx, TxId};
+use gpuchain_protocol::eip712::EscrowDomain;
+use gpuchain_protocol::io::{Input, Notice, Output, QualityReport};
 use gpuchain_protocol::messages::{DeviceKind, Hardware};
+use gpuchain_protocol::roles::{RoleConfigs, Roles};
 use gpuchain_protocol::signing::{Scheme, SigningKey};
 use gpuchain_protocol::spec::JobSpec;
 use gpuchain_protocol::validation::Checked;
@@ -29,27 +30,11 @@ use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{Address, B256, Time, U256};
 
 use crate::cheat::quality_ok;
-use crate::escrow::{self, BidSig, Call, Epoch, Hash, JobId, Step, VoteSig};
+use crate::escrow::{self, Call, Epoch, Hash, JobId, Step};
 use crate::queue::Millis;
 use crate::rng::{Purpose, SimRng, stream};
 use crate::training;
 use crate::world::{Event, Msg, NodeId, Timer, World, ms};
-
-pub enum Machine {
-    Client(Box<gp::Client>),
-    Provider(Box<gp::Provider>),
-    Verifier(Box<gp::Verifier>),
-}
-
-impl Machine {
-    fn sm(&mut self) -> &mut dyn StateMachine {
-        match self {
-            Machine::Client(m) => m.as_mut(),
-            Machine::Provider(m) => m.as_mut(),
-            Machine::Verifier(m) => m.as_mut(),
-        }
-    }
-}
 
 /// A provider's trainer, as the training model runs it.
 #[derive(Clone, Debug)]
@@ -65,7 +50,8 @@ struct TrainRun {
 }
 
 pub struct Driver {
-    pub machines: Vec<Option<Machine>>,
+    /// Each node's machines; `None` while its process is down.
+    pub machines: Vec<Option<Roles>>,
     /// Each node's key, kept for a restarted process (deriving one is a curve multiplication).
     keys: Vec<SigningKey>,
     addresses: Vec<Address>,
@@ -76,7 +62,7 @@ pub struct Driver {
     to_id: HashMap<B256, Hash>,
     to_b256: HashMap<Hash, B256>,
     domain: EscrowDomain,
-    /// How the machines sign; the escrow model recovers bid and vote signers under it too.
+    /// How the machines sign (the escrow model recovers bid and vote signers under it too).
     scheme: Scheme,
     /// Armed `poll_timeout` per node, so a node has one pending poll at a time.
     armed: Vec<Option<Millis>>,
@@ -90,7 +76,7 @@ pub struct Driver {
     /// chain events. Dropped when the job ends.
     followers: BTreeMap<JobId, BTreeSet<NodeId>>,
     /// The event that ended each finished job, for a provider that looks the job up later.
-    ended: HashMap<JobId, escrow::Event>,
+    ended: HashMap<JobId, ChainEvent>,
     /// Draws which subscribers a topic-wide message reaches.
     gossip_rng: SimRng,
     pub crypto: CryptoCounts,
@@ -107,7 +93,7 @@ pub struct CryptoCounts {
     pub signed: BTreeMap<&'static str, u64>,
     /// Checked messages handed to a machine.
     pub delivered: BTreeMap<&'static str, u64>,
-    /// Bid and vote signatures recovered for the escrow model's `assign` and decisions.
+    /// Bid and vote signatures sent to the escrow model in `assign` and decisions.
     pub recovered_on_chain: u64,
 }
 
@@ -133,16 +119,8 @@ fn kind(m: &Message) -> &'static str {
     }
 }
 
-fn token() -> Address {
-    Address::repeat_byte(0xAA)
-}
-
 fn u256(x: u128) -> U256 {
     U256::from(x)
-}
-
-fn u128_of(x: U256) -> Option<u128> {
-    u128::try_from(x).ok()
 }
 
 fn job_u256(j: JobId) -> U256 {
@@ -182,7 +160,7 @@ fn model_hash(tag: u64, job: JobId, step: Step, epoch: Epoch) -> B256 {
     B256::from(out)
 }
 
-/// Node `node`'s key: account `node + 1` (the differential test's anvil key `node + 1`).
+/// Node `node`'s key: seed `node + 1` (`SigningKey::from_seed`), or its simulated twin.
 fn node_key(scheme: Scheme, node: NodeId) -> SigningKey {
     let seed = u64::from(node) + 1;
     match scheme {
@@ -203,10 +181,7 @@ impl Driver {
             .enumerate()
             .map(|(i, a)| (*a, i as NodeId))
             .collect();
-        let domain = EscrowDomain {
-            chain_id: 31337,
-            escrow: Address::repeat_byte(0xEE),
-        };
+        let domain = escrow::domain();
         let mut d = Driver {
             machines: (0..n).map(|_| None).collect(),
             keys: keys.clone(),
@@ -230,14 +205,15 @@ impl Driver {
                 ..CryptoCounts::default()
             },
         };
-        for (i, key) in keys.into_iter().enumerate() {
+        for (i, key) in keys.iter().enumerate() {
             let node = i as NodeId;
             d.machines[i] = Some(d.fresh(w, node, key));
         }
         d
     }
 
-    fn fresh(&mut self, w: &World, node: NodeId, key: SigningKey) -> Machine {
+    /// The roles `node` plays, configured as the node would configure them.
+    fn configs(&mut self, w: &World, node: NodeId) -> RoleConfigs {
         let detector = gp::detector::DetectorConfig {
             period: std::time::Duration::from_millis(w.cfg.protocol.heartbeat_ms),
             timeout: std::time::Duration::from_millis(w.cfg.protocol.heartbeat_timeout_ms),
@@ -257,23 +233,42 @@ impl Driver {
                 .entry(gp::topics::JOBS_TOPIC.to_owned())
                 .or_default()
                 .insert(node);
-            Machine::Provider(Box::new(gp::Provider::new(cfg, key)))
+            RoleConfigs {
+                provider: Some(cfg),
+                ..RoleConfigs::default()
+            }
         } else if w.verifier_index(node).is_some() {
             let cfg = gp::VerifierConfig::new(self.domain, w.seed ^ u64::from(node));
-            Machine::Verifier(Box::new(gp::Verifier::new(cfg, key)))
+            RoleConfigs {
+                verifier: Some(cfg),
+                ..RoleConfigs::default()
+            }
         } else {
             let mut cfg = gp::ClientConfig::new(self.domain);
             cfg.detector = detector;
             cfg.bid_window = std::time::Duration::from_millis(w.cfg.protocol.bid_window_ms);
-            Machine::Client(Box::new(gp::Client::new(cfg, key)))
+            RoleConfigs {
+                client: Some(cfg),
+                ..RoleConfigs::default()
+            }
         }
+    }
+
+    fn fresh(&mut self, w: &World, node: NodeId, key: &SigningKey) -> Roles {
+        let configs = self.configs(w, node);
+        Roles::new(configs, key)
     }
 
     pub fn address(&self, node: NodeId) -> Address {
         self.addresses[node as usize]
     }
 
-    fn node(&self, a: &Address) -> Option<NodeId> {
+    /// The training model's id for a checkpoint hash it minted (`None` for any other hash).
+    pub(crate) fn known_id(&self, h: &B256) -> Option<Hash> {
+        self.to_id.get(h).copied()
+    }
+
+    pub(crate) fn node(&self, a: &Address) -> Option<NodeId> {
         self.nodes.get(a).copied()
     }
 
@@ -305,7 +300,7 @@ impl World {
     }
 
     /// Feeds one input to a node's machine, then executes what it asks for.
-    fn feed(&mut self, node: NodeId, f: impl FnOnce(&mut dyn StateMachine, Time)) {
+    fn feed(&mut self, node: NodeId, f: impl FnOnce(&mut Roles, Time)) {
         let now = self.now_t();
         let Some(d) = self.driver.as_mut() else {
             return;
@@ -313,7 +308,7 @@ impl World {
         let Some(m) = d.machines[node as usize].as_mut() else {
             return;
         };
-        f(m.sm(), now);
+        f(m, now);
         self.drain(node);
     }
 
@@ -325,7 +320,7 @@ impl World {
             let Some(m) = d.machines[node as usize].as_mut() else {
                 return;
             };
-            let Some(out) = m.sm().poll_output() else {
+            let Some(out) = m.poll_output() else {
                 break;
             };
             self.execute(node, out);
@@ -337,7 +332,7 @@ impl World {
         let Some(m) = d.machines[node as usize].as_mut() else {
             return;
         };
-        if let Some(t) = m.sm().poll_timeout() {
+        if let Some(t) = m.poll_timeout() {
             // Never zero delay: a machine that keeps reporting a due timeout must not spin
             // the clock in place.
             let at = t.as_millis().max(self.now + 1);
@@ -352,6 +347,9 @@ impl World {
     fn execute(&mut self, node: NodeId, out: Output) {
         match out {
             Output::Publish { topic, message } => {
+                let clients = self.cfg.clients;
+                let client_only = self.cfg.protocol.client_only_heartbeats
+                    && matches!(message, Message::Heartbeat(_));
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
@@ -371,6 +369,10 @@ impl World {
                     }
                     subs.truncate(fanout);
                     subs.sort_unstable();
+                }
+                if client_only {
+                    // Node ids below `clients` are the clients.
+                    subs.retain(|to| *to < clients);
                 }
                 // Checked once for every receiver. A publication that fails the stateless
                 // checks would be refused by each receiver without effect: it goes nowhere.
@@ -590,23 +592,15 @@ impl World {
     }
 
     fn submit_chain_tx(&mut self, node: NodeId, id: TxId, tx: ChainTx) {
-        let Some(call) = self.chain_tx_call(tx) else {
-            // Not representable in the model (amounts beyond u128): it would revert.
-            let d = self.net.latency_ms(&mut self.net_rng);
-            self.at(
-                d,
-                Event::TxFailed {
-                    to: node,
-                    call: Box::new(Call::Withdraw),
-                    error: escrow::EscrowError::ZeroAmount,
-                    tag: 0,
-                },
-            );
-            let _ = id;
-            return;
-        };
         let Some(d) = self.driver.as_mut() else {
             return;
+        };
+        d.crypto.recovered_on_chain += match &tx {
+            ChainTx::Assign { .. } => 1,
+            ChainTx::AcceptCheckpoint { sigs, .. } | ChainTx::RejectCheckpoint { sigs, .. } => {
+                sigs.len() as u64
+            }
+            _ => 0,
         };
         let tag = d.next_tag;
         d.next_tag += 1;
@@ -616,166 +610,11 @@ impl World {
             delay,
             Event::TxArrive {
                 from: node,
-                call: Box::new(call),
+                call: Box::new(Call::Tx(tx)),
                 tag,
             },
         );
     }
-
-    fn chain_tx_call(&mut self, tx: ChainTx) -> Option<Call> {
-        let d = self.driver.as_mut()?;
-        let unknown = u32::MAX - 1;
-        Some(match tx {
-            ChainTx::CreateJob {
-                budget,
-                max_price_per_step,
-                total_steps,
-                checkpoint_interval,
-                spec_hash,
-                verifiers,
-                quorum,
-                deadline,
-                grace,
-                ..
-            } => Call::CreateJob {
-                budget: u128_of(budget)?,
-                max_price_per_step: u128_of(max_price_per_step)?,
-                total_steps,
-                checkpoint_interval,
-                spec_hash: d.id_of(spec_hash),
-                verifiers: verifiers
-                    .iter()
-                    .map(|a| d.node(a).unwrap_or(unknown))
-                    .collect(),
-                quorum,
-                deadline,
-                grace,
-            },
-            ChainTx::Assign {
-                job_id,
-                provider,
-                price_per_step,
-                bid_expiry,
-                bid_signature,
-            } => {
-                let job = job_u64(job_id)?;
-                let epoch = self.escrow.job(job).map_or(1, |j| j.epoch + 1);
-                let price = u128_of(price_per_step)?;
-                // What ecrecover would return for the digest the contract builds.
-                let fields = BidFields {
-                    job_id,
-                    epoch,
-                    provider,
-                    price_per_step,
-                    expiry: bid_expiry,
-                };
-                d.crypto.recovered_on_chain += 1;
-                let signer = fields
-                    .recover(&d.domain, d.scheme, &bid_signature)
-                    .ok()
-                    .and_then(|a| d.node(&a))
-                    .unwrap_or(unknown);
-                let provider = d.node(&provider).unwrap_or(unknown);
-                Call::Assign {
-                    job_id: job,
-                    provider,
-                    price_per_step: price,
-                    bid_expiry,
-                    bid: BidSig {
-                        signer,
-                        job_id: job,
-                        epoch,
-                        provider,
-                        price_per_step: price,
-                        expiry: bid_expiry,
-                    },
-                }
-            }
-            ChainTx::ReleaseProvider { job_id } => Call::ReleaseProvider {
-                job_id: job_u64(job_id)?,
-            },
-            ChainTx::AcceptCheckpoint {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash,
-                sigs,
-            } => {
-                let sigs = vote_sigs(d, job_id, epoch, step, checkpoint_hash, true, &sigs)?;
-                let hash = d.id_of(checkpoint_hash);
-                Call::AcceptCheckpoint {
-                    job_id: job_u64(job_id)?,
-                    epoch,
-                    step,
-                    checkpoint_hash: hash,
-                    sigs,
-                }
-            }
-            ChainTx::RejectCheckpoint {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash,
-                sigs,
-            } => {
-                let sigs = vote_sigs(d, job_id, epoch, step, checkpoint_hash, false, &sigs)?;
-                let hash = d.id_of(checkpoint_hash);
-                Call::RejectCheckpoint {
-                    job_id: job_u64(job_id)?,
-                    epoch,
-                    step,
-                    checkpoint_hash: hash,
-                    sigs,
-                }
-            }
-            ChainTx::Expire { job_id } => Call::Expire {
-                job_id: job_u64(job_id)?,
-            },
-            ChainTx::Withdraw { .. } => Call::Withdraw,
-        })
-    }
-}
-
-/// The votes as the escrow model takes them: each signature's recovered signer over the
-/// fields the contract hashes (a signature over other fields recovers to a stranger).
-fn vote_sigs(
-    d: &mut Driver,
-    job_id: U256,
-    epoch: Epoch,
-    step: Step,
-    hash: B256,
-    accept: bool,
-    sigs: &[gp::signing::Sig65],
-) -> Option<Vec<VoteSig>> {
-    let job = job_u64(job_id)?;
-    let id = d.id_of(hash);
-    let fields = VoteFields {
-        job_id,
-        epoch,
-        step,
-        checkpoint_hash: hash,
-        accept,
-    };
-    d.crypto.recovered_on_chain += sigs.len() as u64;
-    Some(
-        sigs.iter()
-            .map(|s| {
-                let signer = fields
-                    .recover(&d.domain, d.scheme, s)
-                    .ok()
-                    .and_then(|a| d.node(&a))
-                    .unwrap_or(u32::MAX - 1);
-                VoteSig {
-                    signer,
-                    job_id: job,
-                    epoch,
-                    step,
-                    checkpoint_hash: id,
-                    accept,
-                }
-            })
-            .collect(),
-    )
 }
 
 impl World {
@@ -812,21 +651,14 @@ impl World {
             return;
         }
         let ended = d.ended.get(&job).cloned();
-        let Some(j) = self.escrow.job(job) else {
+        let Some(created) = self.escrow.created_event(job_u256(job)) else {
             return;
         };
-        let created = escrow::Event::JobCreated {
-            job_id: job,
-            client: j.client,
-            budget: j.deposit,
-        };
         let block_time = self.chain_time_s();
-        for e in std::iter::once(created).chain(ended.clone()) {
-            if let Some(event) = self.chain_event_of(&e) {
-                self.feed(node, |m, now| {
-                    m.handle_input(now, Input::Chain { block_time, event })
-                });
-            }
+        for event in std::iter::once(created).chain(ended.clone()) {
+            self.feed(node, |m, now| {
+                m.handle_input(now, Input::Chain { block_time, event })
+            });
         }
         if ended.is_none()
             && let Some(d) = self.driver.as_mut()
@@ -838,14 +670,16 @@ impl World {
     /// Who hears a chain event of `job` under this driver: the job's client and listed
     /// verifiers, the providers following it and the one an assignment names. A job's end
     /// is remembered (for late look-ups) and its followers dropped.
-    pub fn drive_recipients(&mut self, job: JobId, e: &escrow::Event) -> Vec<NodeId> {
+    pub fn drive_recipients(&mut self, job: JobId, e: &ChainEvent) -> Vec<NodeId> {
         let mut to: Vec<NodeId> = Vec::new();
         if let Some(b) = self.book(job) {
             to.push(b.client);
             to.extend(b.verifiers.iter().copied());
         }
-        if let escrow::Event::ProviderAssigned { provider, .. } = e {
-            to.push(*provider);
+        if let ChainEvent::ProviderAssigned { provider, .. } = e
+            && let Some(p) = self.node_of(provider)
+        {
+            to.push(p);
         }
         let Some(d) = self.driver.as_mut() else {
             return to;
@@ -855,7 +689,7 @@ impl World {
         }
         if matches!(
             e,
-            escrow::Event::JobCompleted { .. } | escrow::Event::JobExpired { .. }
+            ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. }
         ) {
             d.followers.remove(&job);
             d.ended.insert(job, e.clone());
@@ -881,14 +715,19 @@ impl World {
             }
             Timer::CreateJob => self.drive_create_job(node),
             Timer::Expire { job } => {
-                let live = self.escrow.job(job).is_some_and(|j| {
-                    matches!(j.status, escrow::Status::Open | escrow::Status::Assigned)
-                });
+                let live = self
+                    .escrow
+                    .job(job_u256(job))
+                    .is_some_and(|j| j.status.is_live());
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                if let (true, Some(Machine::Client(c))) = (live, d.machines[node as usize].as_mut())
-                {
+                if let (true, Some(c)) = (
+                    live,
+                    d.machines[node as usize]
+                        .as_mut()
+                        .and_then(Roles::client_mut),
+                ) {
                     c.expire(job_u256(job));
                     self.drain(node);
                 }
@@ -971,7 +810,6 @@ impl World {
                     )
                 });
             }
-            _ => {}
         }
     }
 
@@ -1001,7 +839,7 @@ impl World {
         // and arms the one timer.
         if let Some(Some(m)) = self.driver.as_mut().map(|d| &mut d.machines[node as usize]) {
             for input in reports {
-                m.sm().handle_input(now, input);
+                m.handle_input(now, input);
             }
         }
     }
@@ -1131,7 +969,7 @@ impl World {
         spec.min_memory_bytes = cfg.min_memory_bytes;
         spec.quality.spot_check_steps = cfg.spot_check_steps;
         let params = gp::client::JobParams {
-            token: token(),
+            token: escrow::TOKEN,
             budget: u256(cfg.budget),
             max_price_per_step: u256(cfg.max_price_per_step),
             verifiers: chosen.iter().map(|v| d.address(*v)).collect(),
@@ -1139,7 +977,7 @@ impl World {
             deadline: now_s + cfg.deadline_s,
             grace: cfg.grace_s,
         };
-        if let Some(Machine::Client(m)) = d.machines[c as usize].as_mut() {
+        if let Some(m) = d.machines[c as usize].as_mut().and_then(Roles::client_mut) {
             m.create_job(spec, params);
         }
         self.drain(c);
@@ -1148,67 +986,85 @@ impl World {
     /// An escrow event reaches a node: to its machine as `Input::Chain`, plus what the node's
     /// own chain client does around the machine (expiry keeper, withdrawals, re-staking).
     pub fn drive_chain(&mut self, to: NodeId, e: &escrow::Event) {
-        if let escrow::Event::ProviderAssigned {
-            job_id, provider, ..
-        } = e
-            && *provider == to
-        {
-            self.drive_look_up(to, *job_id);
-        }
-        if let Some(event) = self.chain_event_of(e) {
-            let block_time = self.chain_time_s();
-            self.feed(to, |m, now| {
-                m.handle_input(now, Input::Chain { block_time, event })
-            });
-        }
+        let Some(event) = e.job() else {
+            return;
+        };
         let me = to;
-        match e {
-            escrow::Event::JobCreated { job_id, client, .. } if *client == me => {
-                self.clients[me as usize].current = Some(*job_id);
-                if let Some(j) = self.escrow.job(*job_id) {
-                    let at = j
-                        .deadline
-                        .saturating_add(j.grace)
-                        .saturating_mul(1000)
-                        .saturating_add(1);
-                    self.timer(
-                        me,
-                        at.saturating_sub(self.now),
-                        Timer::Expire { job: *job_id },
-                    );
-                }
+        let my_address = self.address_of(me);
+        let job_id = escrow::job_no(event.job_id());
+        if let ChainEvent::ProviderAssigned { provider, .. } = event
+            && *provider == my_address
+        {
+            self.drive_look_up(to, job_id);
+        }
+        let block_time = self.chain_time_s();
+        let input = Input::Chain {
+            block_time,
+            event: event.clone(),
+        };
+        self.feed(to, |m, now| m.handle_input(now, input));
+        let withdraw = || {
+            Call::Tx(ChainTx::Withdraw {
+                token: escrow::TOKEN,
+            })
+        };
+        match event {
+            ChainEvent::JobCreated {
+                client,
+                deadline,
+                grace,
+                ..
+            } if *client == my_address => {
+                self.clients[me as usize].current = Some(job_id);
+                let at = deadline
+                    .saturating_add(*grace)
+                    .saturating_mul(1000)
+                    .saturating_add(1);
+                self.timer(
+                    me,
+                    at.saturating_sub(self.now),
+                    Timer::Expire { job: job_id },
+                );
             }
-            escrow::Event::JobCompleted { job_id, .. }
-            | escrow::Event::JobExpired { job_id, .. } => {
-                if self.escrow.job(*job_id).is_some_and(|j| j.client == me) {
+            ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
+                if self
+                    .escrow
+                    .job(event.job_id())
+                    .is_some_and(|j| j.client == my_address)
+                {
                     self.clients[me as usize].current = None;
-                    self.submit(me, Call::Withdraw);
+                    self.submit(me, withdraw());
                     self.timer(me, 1_000, Timer::CreateJob);
                 }
                 if let Some(run) = self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&(me, *job_id)))
+                    .and_then(|d| d.training.get(&(me, job_id)))
                     .cloned()
                 {
                     self.stop_run(me, run.job, run.epoch);
                 }
             }
-            escrow::Event::EpochEnded { job_id, epoch, .. } => {
+            ChainEvent::EpochEnded { epoch, .. } => {
                 if self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&(me, *job_id)))
+                    .and_then(|d| d.training.get(&(me, job_id)))
                     .is_some_and(|r| r.epoch == *epoch)
                 {
-                    self.stop_run(me, *job_id, *epoch);
+                    self.stop_run(me, job_id, *epoch);
                 }
-                if self.provider_index(me).is_some() && self.escrow.withdrawable(me) > 0 {
-                    self.submit(me, Call::Withdraw);
+                if self.provider_index(me).is_some()
+                    && !self
+                        .escrow
+                        .withdrawable(my_address, escrow::TOKEN)
+                        .is_zero()
+                {
+                    self.submit(me, withdraw());
                 }
             }
-            escrow::Event::CheckpointRejected { provider, .. } if *provider == me => {
-                let have = self.escrow.stake_of(me).amount;
+            ChainEvent::CheckpointRejected { provider, .. } if *provider == my_address => {
+                let have = self.escrow.stake_of(my_address).amount;
                 let need = self.escrow.min_stake;
                 if have < need {
                     self.submit(
@@ -1221,102 +1077,6 @@ impl World {
             }
             _ => {}
         }
-    }
-
-    fn chain_event_of(&mut self, e: &escrow::Event) -> Option<ChainEvent> {
-        let d = self.driver.as_mut()?;
-        Some(match e {
-            escrow::Event::JobCreated {
-                job_id,
-                client,
-                budget,
-            } => {
-                let j = self.escrow.job(*job_id)?;
-                ChainEvent::JobCreated {
-                    job_id: job_u256(*job_id),
-                    client: d.address(*client),
-                    token: token(),
-                    budget: u256(*budget),
-                    max_price_per_step: u256(j.max_price_per_step),
-                    total_steps: j.total_steps,
-                    checkpoint_interval: j.checkpoint_interval,
-                    spec_hash: d.b256_of(j.spec_hash),
-                    verifiers: j.verifiers.iter().map(|v| d.address(*v)).collect(),
-                    quorum: j.quorum,
-                    deadline: j.deadline,
-                    grace: j.grace,
-                }
-            }
-            escrow::Event::ProviderAssigned {
-                job_id,
-                epoch,
-                provider,
-                price_per_step,
-                start_step,
-                start_checkpoint,
-            } => ChainEvent::ProviderAssigned {
-                job_id: job_u256(*job_id),
-                epoch: *epoch,
-                provider: d.address(*provider),
-                price_per_step: u256(*price_per_step),
-                start_step: *start_step,
-                start_checkpoint: d.b256_of(*start_checkpoint),
-            },
-            escrow::Event::EpochEnded {
-                job_id,
-                epoch,
-                reason,
-            } => ChainEvent::EpochEnded {
-                job_id: job_u256(*job_id),
-                epoch: *epoch,
-                reason: match reason {
-                    escrow::EndReason::Replaced => EpochEndReason::Replaced,
-                    escrow::EndReason::Released => EpochEndReason::Released,
-                    escrow::EndReason::Rejected => EpochEndReason::Rejected,
-                    escrow::EndReason::Completed => EpochEndReason::Completed,
-                    escrow::EndReason::Expired => EpochEndReason::Expired,
-                },
-            },
-            escrow::Event::CheckpointAccepted {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash,
-                provider,
-                amount,
-            } => ChainEvent::CheckpointAccepted {
-                job_id: job_u256(*job_id),
-                epoch: *epoch,
-                step: *step,
-                checkpoint_hash: d.b256_of(*checkpoint_hash),
-                provider: d.address(*provider),
-                amount: u256(*amount),
-            },
-            escrow::Event::CheckpointRejected {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash,
-                provider,
-                slashed,
-            } => ChainEvent::CheckpointRejected {
-                job_id: job_u256(*job_id),
-                epoch: *epoch,
-                step: *step,
-                checkpoint_hash: d.b256_of(*checkpoint_hash),
-                provider: d.address(*provider),
-                slashed: u256(*slashed),
-            },
-            escrow::Event::JobCompleted { job_id, refund } => ChainEvent::JobCompleted {
-                job_id: job_u256(*job_id),
-                refund: u256(*refund),
-            },
-            escrow::Event::JobExpired { job_id, refund } => ChainEvent::JobExpired {
-                job_id: job_u256(*job_id),
-                refund: u256(*refund),
-            },
-            _ => return None,
-        })
     }
 
     pub fn drive_tx_failed(&mut self, to: NodeId, tag: u64, error: &escrow::EscrowError) {
@@ -1366,7 +1126,7 @@ impl World {
             return;
         };
         let key = d.keys[node as usize].clone();
-        let m = d.fresh(self, node, key);
+        let m = d.fresh(self, node, &key);
         d.machines[node as usize] = Some(m);
         self.driver = Some(d);
     }

@@ -3,8 +3,9 @@
 //! The same seed and config always give the same run, event for event, and the same report
 //! byte for byte; a checker failure prints its seed so the run replays exactly.
 //!
-//! The roles are played either by the protocol crate's own sans-IO machines ([`drive`], the
-//! code the node runs; small runs) or by the simulator's stand-ins ([`roles`]; any scale).
+//! The roles are the protocol crate's own sans-IO machines, the code the node runs: each
+//! simulated node hosts one `gpuchain_protocol::roles::Roles` ([`drive`]); [`nodes`] is the
+//! model of the processes around them (hardware, churn, cheats).
 
 pub mod cheat;
 pub mod checker;
@@ -14,12 +15,12 @@ pub mod drive;
 pub mod escrow;
 pub mod metrics;
 pub mod network;
+pub mod nodes;
 pub mod plot;
 pub mod presets;
 pub mod queue;
 pub mod report;
 pub mod rng;
-pub mod roles;
 pub mod trace;
 pub mod training;
 pub mod world;
@@ -111,7 +112,7 @@ impl Sim {
         match w.run() {
             Ok(()) => Ok(Outcome {
                 report: Report::from_world(w),
-                calls: w.escrow.log().to_vec(),
+                calls: std::mem::take(&mut w.calls),
                 escrow: w.cfg.keep_call_log.then(|| w.escrow.clone()),
             }),
             Err(failure) => Err(SimError::Checker {

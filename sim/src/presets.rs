@@ -3,7 +3,7 @@
 
 use crate::cheat::CheatKind;
 use crate::config::{
-    CheatConfig, ChurnConfig, DriverKind, HardwareClass, JobConfig, NamedProvider, NetworkConfig,
+    CheatConfig, ChurnConfig, HardwareClass, JobConfig, NamedProvider, NetworkConfig,
     ProtocolConfig, ScriptAction, ScriptedFault, SimConfig, USDC,
 };
 use gpuchain_protocol::signing::Scheme;
@@ -73,8 +73,6 @@ pub fn nov4() -> SimConfig {
             provider: "A".into(),
             action: ScriptAction::Kill,
         }],
-        // Small enough for the real role machines: the story runs the code the node runs.
-        driver: DriverKind::Protocol,
         keep_call_log: true,
         ..SimConfig::default()
     }
@@ -115,8 +113,6 @@ pub fn break_it() -> SimConfig {
             provider: "A".into(),
             action: ScriptAction::Kill,
         }],
-        // Small enough for the real role machines: the story runs the code the node runs.
-        driver: DriverKind::Protocol,
         keep_call_log: true,
         ..SimConfig::default()
     }
@@ -124,7 +120,8 @@ pub fn break_it() -> SimConfig {
 
 /// Everything at once on a small swarm, then quiet: churn with rejoin, every cheat kind, lost
 /// messages, partitions. Faults stop at 40 minutes, so the last jobs must complete (liveness).
-/// Heartbeats at 2 Hz keep one run in tens of milliseconds for the many-seeds test.
+/// An hour of 22 nodes is tens of thousands of messages a seed, so the machines sign with
+/// the simulated scheme (`faults-protocol` is the secp256k1 run); heartbeats at 2 Hz.
 pub fn faults() -> SimConfig {
     SimConfig {
         name: "faults".into(),
@@ -148,7 +145,7 @@ pub fn faults() -> SimConfig {
         protocol: ProtocolConfig {
             heartbeat_ms: 500,
             heartbeat_timeout_ms: 1_250,
-            decision_timeout_ms: 20_000,
+            signatures: Scheme::Simulated,
             ..ProtocolConfig::default()
         },
         network: NetworkConfig {
@@ -195,6 +192,7 @@ pub fn faults_protocol() -> SimConfig {
         protocol: ProtocolConfig {
             heartbeat_ms: 2_000,
             heartbeat_timeout_ms: 5_000,
+            signatures: Scheme::Secp256k1,
             ..f.protocol.clone()
         },
         network: NetworkConfig {
@@ -208,7 +206,6 @@ pub fn faults_protocol() -> SimConfig {
             rejoin_s: 30.0,
         },
         faults_stop_s: Some(180.0),
-        driver: DriverKind::Protocol,
         ..f
     }
 }
@@ -220,7 +217,6 @@ pub fn faults_protocol() -> SimConfig {
 pub fn churn_10k() -> SimConfig {
     SimConfig {
         name: "churn-10k".into(),
-        driver: DriverKind::Protocol,
         duration_s: 86_400.0,
         clients: 600,
         providers: 8_900,

@@ -116,11 +116,6 @@ impl Trace {
                         from[2]
                     )
                 }
-                Detail::Msg(m) => writeln!(
-                    s,
-                    "  {:>10.3}s {kind:<16} node {node} {m:?}",
-                    *at as f64 / 1000.0
-                ),
                 Detail::Timer(t) => writeln!(
                     s,
                     "  {:>10.3}s {kind:<16} node {node} {t:?}",

@@ -1,64 +1,30 @@
 //! The engine: nodes, the event loop in virtual time, the chain (blocks over the escrow model)
-//! and the network. Role behaviour lives in `roles`; this file only moves events around.
+//! and the network. The roles are the protocol crate's machines (`drive`); the node processes
+//! around them are in `nodes`; this file only moves events around.
 
 use std::collections::HashMap;
 
 use crate::cheat::{CheatKind, Observed};
 use crate::checker::{Checker, Failure};
 use crate::config::SimConfig;
-use crate::escrow::{self, Call, Epoch, Escrow, Hash, JobId, Step};
+use crate::escrow::{self, Call, CallRecord, Epoch, Escrow, Hash, JobId, Step, job_no};
 use crate::metrics::Metrics;
 use crate::network::Network;
+use crate::nodes::{ClientState, ProviderState};
 use crate::queue::{EventQueue, Millis};
 use crate::rng::{Purpose, SimRng, stream};
-use crate::roles::client::{ClientJob, ClientState};
-use crate::roles::provider::ProviderState;
-use crate::roles::verifier::VerifierState;
 use crate::trace::Trace;
+use gpuchain_protocol::chain::ChainEvent;
+use gpuchain_protocol::{Address, U256};
 
 pub type NodeId = u32;
 
-/// Gossip payloads, as the simulator carries them (fields the roles act on; signatures are
-/// modelled by the sender id, see `escrow`).
+/// Gossip payloads as the simulator carries them.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Msg {
-    /// A protocol message, for the protocol-machine driver (`drive`).
-    /// Shared by every delivery of one publication: receivers only read it.
+    /// A protocol message, checked once (`Checked`) and shared by every delivery of one
+    /// publication: receivers only read it.
     Wire(std::rc::Rc<gpuchain_protocol::validation::Checked>),
-    Offer {
-        job: JobId,
-        client: NodeId,
-        next_epoch: Epoch,
-        max_price: u128,
-    },
-    Bid {
-        job: JobId,
-        epoch: Epoch,
-        provider: NodeId,
-        price: u128,
-        expiry: u64,
-    },
-    Heartbeat {
-        job: JobId,
-        epoch: Epoch,
-        provider: NodeId,
-        step: Step,
-    },
-    Announce {
-        job: JobId,
-        epoch: Epoch,
-        provider: NodeId,
-        step: Step,
-        hash: Hash,
-    },
-    Vote {
-        job: JobId,
-        epoch: Epoch,
-        step: Step,
-        hash: Hash,
-        accept: bool,
-        verifier: NodeId,
-    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -89,60 +55,16 @@ pub enum Timer {
         step: Step,
         pass: bool,
     },
+    /// A client starts its next job.
     CreateJob,
-    BidWindowClosed {
-        job: JobId,
-    },
-    Reoffer {
-        job: JobId,
-    },
-    Detector {
-        job: JobId,
-        epoch: Epoch,
-    },
+    /// The client's chain client expires its job at deadline + grace.
     Expire {
         job: JobId,
-    },
-    DecisionTimeout {
-        job: JobId,
-        epoch: Epoch,
-        step: Step,
-    },
-    Heartbeat {
-        job: JobId,
-        epoch: Epoch,
-    },
-    FetchStart {
-        job: JobId,
-        epoch: Epoch,
-    },
-    StartFetched {
-        job: JobId,
-        epoch: Epoch,
     },
     CheckpointDue {
         job: JobId,
         epoch: Epoch,
         step: Step,
-    },
-    Reannounce {
-        job: JobId,
-        epoch: Epoch,
-    },
-    Unreserve,
-    BlobFetched {
-        job: JobId,
-        epoch: Epoch,
-        step: Step,
-        hash: Hash,
-        provider: NodeId,
-    },
-    Verdict {
-        job: JobId,
-        epoch: Epoch,
-        step: Step,
-        hash: Hash,
-        accept: bool,
     },
 }
 
@@ -235,16 +157,15 @@ pub struct World {
     pub partition_rng: SimRng,
     pub escrow: Escrow,
     pub mempool: Vec<(NodeId, Call, u64)>,
-    /// Set when the protocol crate's machines drive the roles.
+    /// Every call executed, when the config keeps the log (`--calls`).
+    pub calls: Vec<CallRecord>,
+    /// The protocol machines and what drives them. Always there once the world is built; an
+    /// `Option` because the driver is built from the world, and taken out of it to build a
+    /// restarted node's machines.
     pub driver: Option<crate::drive::Driver>,
     pub block_scheduled: bool,
     pub clients: Vec<ClientState>,
-    pub client_jobs: HashMap<JobId, ClientJob>,
     pub providers: Vec<ProviderState>,
-    pub verifiers: Vec<VerifierState>,
-    /// Providers online and not holding an epoch, for offer fan-out.
-    pub idle: Vec<NodeId>,
-    idle_pos: Vec<u32>,
     pub books: Vec<JobBook>,
     pub truths: HashMap<Hash, Truth>,
     next_hash: Hash,
@@ -256,7 +177,6 @@ pub struct World {
     pub trace: Trace,
     pub progress: Option<ProgressFn>,
     pub keep_timeline: bool,
-    pub eager_heartbeats: bool,
     first_provider: NodeId,
     first_verifier: NodeId,
 }
@@ -286,15 +206,18 @@ impl World {
         let nodes = (cfg.clients + cfg.providers + cfg.verifiers) as usize;
         let mut setup = stream(seed, Purpose::Setup, 0);
         let net = Network::new(cfg.network.clone(), nodes, &mut setup);
-        let mut escrow = Escrow::new(
+        // Funded below, once the driver has given every node its address.
+        let escrow = escrow::deploy(
+            cfg.protocol.signatures,
             cfg.protocol.stake,
             cfg.chain.unbond_delay_s,
-            cfg.keep_call_log,
-        );
+            [],
+        )
+        .expect("config validation keeps the stake (the escrow's minStake) positive");
         let first_provider = cfg.clients;
         let first_verifier = cfg.clients + cfg.providers;
         let clients = (0..cfg.clients)
-            .map(|i| ClientState::new(i, stream(seed, Purpose::Node, u64::from(i))))
+            .map(|i| ClientState::new(stream(seed, Purpose::Node, u64::from(i))))
             .collect();
         let providers: Vec<ProviderState> = (0..cfg.providers)
             .map(|i| {
@@ -302,22 +225,14 @@ impl World {
                 ProviderState::new(
                     &cfg,
                     i as usize,
-                    id,
                     &mut setup,
                     stream(seed, Purpose::Node, u64::from(id)),
                 )
             })
             .collect();
-        let verifiers = (0..cfg.verifiers)
-            .map(|i| VerifierState::new(stream(seed, Purpose::Node, u64::from(first_verifier + i))))
-            .collect();
-        for (account, amount) in genesis(&cfg) {
-            escrow.ledger.mint(account, amount);
-        }
         let faults_stop = cfg.faults_stop_s.map_or(Millis::MAX, ms);
         let keep_timeline = nodes <= 64;
         let end = ms(cfg.duration_s);
-        let protocol = cfg.driver == crate::config::DriverKind::Protocol;
         let mut world = World {
             seed,
             now: 0,
@@ -330,14 +245,11 @@ impl World {
             partition_rng: stream(seed, Purpose::Partition, 0),
             escrow,
             mempool: Vec::new(),
+            calls: Vec::new(),
             driver: None,
             block_scheduled: false,
             clients,
-            client_jobs: HashMap::new(),
             providers,
-            verifiers,
-            idle: Vec::new(),
-            idle_pos: vec![u32::MAX; cfg.providers as usize],
             books: Vec::new(),
             truths: HashMap::new(),
             next_hash: 1,
@@ -348,14 +260,16 @@ impl World {
             trace: Trace::new(64),
             progress: None,
             keep_timeline,
-            eager_heartbeats: crate::network::max_latency_ms(&cfg.network)
-                < cfg.protocol.heartbeat_ms,
             first_provider,
             first_verifier,
             cfg,
         };
-        if protocol {
-            world.driver = Some(crate::drive::Driver::new(&world));
+        world.driver = Some(crate::drive::Driver::new(&world));
+        let spender = world.escrow.address();
+        for (node, amount) in genesis(&world.cfg) {
+            let who = world.address_of(node);
+            world.escrow.mint(escrow::TOKEN, who, U256::from(amount));
+            world.escrow.approve(escrow::TOKEN, who, spender, U256::MAX);
         }
         world
     }
@@ -403,25 +317,6 @@ impl World {
         }
     }
 
-    // ------------------------------------------------------------ idle set
-
-    pub fn set_idle(&mut self, p: usize, idle: bool) {
-        let pos = self.idle_pos[p];
-        if idle && pos == u32::MAX {
-            self.idle_pos[p] = self.idle.len() as u32;
-            self.idle.push(self.first_provider + p as NodeId);
-        } else if !idle && pos != u32::MAX {
-            let last = self.idle.len() - 1;
-            self.idle.swap(pos as usize, last);
-            self.idle.pop();
-            if (pos as usize) < self.idle.len() {
-                let moved = self.idle[pos as usize] - self.first_provider;
-                self.idle_pos[moved as usize] = pos;
-            }
-            self.idle_pos[p] = u32::MAX;
-        }
-    }
-
     // ------------------------------------------------------------ outputs
 
     pub fn at(&mut self, delay: Millis, event: Event) {
@@ -449,41 +344,6 @@ impl World {
             .deliver(from as usize, to as usize, &mut self.net_rng, faulty)
         {
             self.at(d, Event::Deliver { to, msg });
-        }
-    }
-
-    /// Heartbeats are most of the traffic. When every latency is below one heartbeat period
-    /// (`eager_heartbeats`), one is handed to the client as it is sent, with its arrival
-    /// time, instead of as a delivery event: the client counts it from that arrival (see
-    /// `World::heard`), so the detector decides as it would on delivery, at half the events.
-    pub fn send_heartbeat(
-        &mut self,
-        from: NodeId,
-        to: NodeId,
-        job: JobId,
-        epoch: Epoch,
-        step: Step,
-    ) {
-        if !self.eager_heartbeats {
-            self.send(
-                from,
-                to,
-                Msg::Heartbeat {
-                    job,
-                    epoch,
-                    provider: from,
-                    step,
-                },
-            );
-            return;
-        }
-        let faulty = self.faulty();
-        if let Some(d) = self
-            .net
-            .deliver(from as usize, to as usize, &mut self.net_rng, faulty)
-        {
-            let arrival = self.now + d;
-            self.heard(to, job, epoch, from, step, arrival);
         }
     }
 
@@ -555,11 +415,8 @@ impl World {
         match ev {
             Event::Deliver { to, msg } => {
                 self.trace.push(self.now, "deliver", to, &msg);
-                if let Msg::Wire(m) = &msg {
-                    self.drive_message(to, m);
-                } else {
-                    self.on_message(to, msg);
-                }
+                let Msg::Wire(m) = &msg;
+                self.drive_message(to, m);
             }
             Event::Timer {
                 node,
@@ -572,7 +429,7 @@ impl World {
                     return;
                 }
                 self.trace.push(self.now, "timer", node, &timer);
-                self.on_timer(node, timer);
+                self.drive_timer(node, timer);
             }
             Event::TxArrive { from, call, tag } => {
                 self.mempool.push((from, *call, tag));
@@ -584,19 +441,8 @@ impl World {
                 }
             }
             Event::Block => self.mine(),
-            Event::Chain { to, event } => self.on_chain(to, *event),
-            Event::TxFailed {
-                to,
-                call,
-                error,
-                tag,
-            } => {
-                if self.driver.is_some() {
-                    self.drive_tx_failed(to, tag, &error);
-                } else {
-                    self.on_tx_failed(to, *call, error);
-                }
-            }
+            Event::Chain { to, event } => self.drive_chain(to, &event),
+            Event::TxFailed { to, error, tag, .. } => self.drive_tx_failed(to, tag, &error),
             Event::Fail { node } => {
                 self.trace.push(self.now, "fail", node, &());
                 self.provider_fail(node);
@@ -623,64 +469,6 @@ impl World {
         }
     }
 
-    fn on_message(&mut self, to: NodeId, msg: Msg) {
-        if let Some(p) = self.provider_index(to) {
-            self.provider_message(p, msg);
-        } else if let Some(v) = self.verifier_index(to) {
-            self.verifier_message(v, msg);
-        } else {
-            self.client_message(to, msg);
-        }
-    }
-
-    fn on_timer(&mut self, node: NodeId, timer: Timer) {
-        if self.driver.is_some() {
-            return self.drive_timer(node, timer);
-        }
-        if let Some(p) = self.provider_index(node) {
-            self.provider_timer(p, timer);
-        } else if let Some(v) = self.verifier_index(node) {
-            self.verifier_timer(v, timer);
-        } else {
-            self.client_timer(node, timer);
-        }
-    }
-
-    fn on_chain(&mut self, to: NodeId, event: escrow::Event) {
-        if self.driver.is_some() {
-            return self.drive_chain(to, &event);
-        }
-        if let Some(p) = self.provider_index(to) {
-            self.provider_chain(p, &event);
-        } else if let Some(v) = self.verifier_index(to) {
-            self.verifier_chain(v, &event);
-        } else {
-            self.client_chain(to, &event);
-        }
-    }
-
-    fn on_tx_failed(&mut self, to: NodeId, call: Call, error: escrow::EscrowError) {
-        if self.provider_index(to).is_none() && self.verifier_index(to).is_none() {
-            self.client_tx_failed(to, call, error);
-        }
-    }
-
-    fn script(&mut self, index: usize) {
-        let s = self.cfg.script[index].clone();
-        let Some(p) = self
-            .providers
-            .iter()
-            .position(|p| p.name.as_deref() == Some(s.provider.as_str()))
-        else {
-            return;
-        };
-        let node = self.provider_node(p);
-        match s.action {
-            crate::config::ScriptAction::Kill => self.provider_fail(node),
-            crate::config::ScriptAction::Rejoin => self.provider_rejoin(node),
-        }
-    }
-
     // ------------------------------------------------------------ chain
 
     fn mine(&mut self) {
@@ -690,7 +478,17 @@ impl World {
         for (from, call, tag) in txs {
             let name = call.name();
             self.trace.push(self.now, name, from, &());
-            match self.escrow.execute(from, ts, call.clone()) {
+            let sender = self.address_of(from);
+            let result = self.escrow.apply(&call, sender, ts);
+            if self.cfg.keep_call_log {
+                self.calls.push(CallRecord {
+                    timestamp: ts,
+                    caller: sender,
+                    call: call.clone(),
+                    result: result.as_ref().map(|_| ()).map_err(Clone::clone),
+                });
+            }
+            match result {
                 Ok(events) => {
                     *self.metrics.tx_ok.entry(name).or_default() += 1;
                     if tag != 0 {
@@ -705,7 +503,7 @@ impl World {
                         self.checker = checker;
                         // Recipients are who the job involved before the event (an ended
                         // epoch's provider must hear of it), except a new job's.
-                        if matches!(e, escrow::Event::JobCreated { .. }) {
+                        if matches!(e, escrow::Event::Job(ChainEvent::JobCreated { .. })) {
                             self.book_event(from, &e);
                             self.broadcast(&e);
                         } else {
@@ -715,10 +513,12 @@ impl World {
                     }
                 }
                 Err(error) => {
+                    // Counted by the revert's name: its arguments (addresses, steps) would
+                    // give every revert a line of its own.
                     *self
                         .metrics
                         .tx_failed
-                        .entry(format!("{name}: {error}"))
+                        .entry(format!("{name}: {}", error.name()))
                         .or_default() += 1;
                     let d = self.net.latency_ms(&mut self.net_rng);
                     self.at(
@@ -738,33 +538,13 @@ impl World {
     /// Who hears of a chain event: the job's client, verifiers and provider(s) concerned.
     /// (Real nodes filter the contract's logs by job; the sim delivers only what they keep.)
     fn broadcast(&mut self, e: &escrow::Event) {
-        let mut to: Vec<NodeId> = Vec::new();
-        let job = match e {
-            escrow::Event::JobCreated { job_id, .. }
-            | escrow::Event::EpochEnded { job_id, .. }
-            | escrow::Event::CheckpointAccepted { job_id, .. }
-            | escrow::Event::CheckpointRejected { job_id, .. }
-            | escrow::Event::JobCompleted { job_id, .. }
-            | escrow::Event::JobExpired { job_id, .. } => Some(*job_id),
-            escrow::Event::ProviderAssigned {
-                job_id, provider, ..
-            } => {
-                to.push(*provider);
-                Some(*job_id)
-            }
-            _ => None,
+        let Some(job) = e.job().map(|c| job_no(c.job_id())) else {
+            return;
         };
-        let Some(job) = job else { return };
-        if self.driver.is_some() {
-            // The nodes following the job, as their chain clients filter the escrow's logs.
-            to = self.drive_recipients(job, e);
-        } else if let Some(b) = self.book(job) {
-            to.push(b.client);
-            to.extend(b.verifiers.iter().copied());
-            if let Some(p) = b.provider {
-                to.push(p);
-            }
-        }
+        // The nodes following the job, as their chain clients filter the escrow's logs.
+        let mut to = e
+            .job()
+            .map_or_else(Vec::new, |c| self.drive_recipients(job, c));
         to.sort_unstable();
         to.dedup();
         for n in to {
@@ -794,7 +574,7 @@ impl World {
     }
 
     /// What a verifier's quality test and replay see in the checkpoint `hash`, announced as
-    /// (`job`, `epoch`, `step`). Both drivers judge checkpoints through this one view.
+    /// (`job`, `epoch`, `step`).
     pub fn observe(&self, hash: Hash, job: JobId, epoch: Epoch, step: Step) -> Observed {
         match self.truths.get(&hash) {
             Some(t) => Observed {
@@ -814,8 +594,7 @@ impl World {
     }
 
     /// Training (re)starts on `node`: closes the job's open recovery window, if any (after a
-    /// lost provider or a refused checkpoint), and notes it in the timeline. Both drivers
-    /// call this, so their recovery figures are measured the same way.
+    /// lost provider or a refused checkpoint), and notes it in the timeline.
     pub fn training_started(&mut self, job: JobId, node: NodeId, from: Step, now: u64) {
         if let Some(b) = self.book_mut(job)
             && let Some((t, after_reject)) = b.recovering.take()
@@ -838,10 +617,14 @@ impl World {
     /// Engine bookkeeping and metrics for an executed escrow event.
     fn book_event(&mut self, from: NodeId, e: &escrow::Event) {
         let now = self.now;
+        let Some(e) = e.job() else {
+            return;
+        };
+        let job_id = job_no(e.job_id());
         match e {
-            escrow::Event::JobCreated { job_id, .. } => {
+            ChainEvent::JobCreated { .. } => {
                 let verifiers = self.clients[from as usize].pending_verifiers.clone();
-                debug_assert_eq!(*job_id as usize, self.books.len() + 1);
+                debug_assert_eq!(job_id as usize, self.books.len() + 1);
                 self.books.push(JobBook {
                     client: from,
                     verifiers,
@@ -850,32 +633,28 @@ impl World {
                 self.metrics.jobs_created += 1;
                 self.note(|w| format!("Job {job_id} created by {}", w.name(from)));
             }
-            escrow::Event::ProviderAssigned {
-                job_id,
+            ChainEvent::ProviderAssigned {
                 epoch,
                 provider,
                 start_step,
                 ..
             } => {
-                if let Some(b) = self.book_mut(*job_id) {
-                    b.provider = Some(*provider);
+                let p = self.node_of(provider);
+                if let Some(b) = self.book_mut(job_id) {
+                    b.provider = p;
                     b.epoch = *epoch;
                     b.failed_at = None;
                 }
-                let (p, e, s) = (*provider, *epoch, *start_step);
+                let (e, s) = (*epoch, *start_step);
                 self.note(|w| {
                     format!(
                         "Job {job_id} epoch {e}: {} assigned from step {s}",
-                        w.name(p)
+                        w.account_name(p)
                     )
                 });
             }
-            escrow::Event::EpochEnded {
-                job_id,
-                epoch,
-                reason,
-            } => {
-                if let Some(b) = self.book_mut(*job_id)
+            ChainEvent::EpochEnded { epoch, reason, .. } => {
+                if let Some(b) = self.book_mut(job_id)
                     && b.epoch == *epoch
                 {
                     b.provider = None;
@@ -884,79 +663,92 @@ impl World {
                 let (e, r) = (*epoch, *reason);
                 self.note(|_| format!("Job {job_id} epoch {e} ended ({r:?})"));
             }
-            escrow::Event::CheckpointAccepted {
-                job_id,
+            ChainEvent::CheckpointAccepted {
                 epoch,
                 step,
                 provider,
                 amount,
                 ..
             } => {
-                let last = self.book(*job_id).map_or(0, |b| b.last_accepted);
+                let amount: u128 = amount.saturating_to();
+                let last = self.book(job_id).map_or(0, |b| b.last_accepted);
                 self.metrics.steps_accepted += step.saturating_sub(last);
                 self.metrics.paid += amount;
-                if let Some(b) = self.book_mut(*job_id) {
+                if let Some(b) = self.book_mut(job_id) {
                     b.last_accepted = *step;
                 }
                 let acc = self.metrics.steps_accepted;
                 self.metrics.accepted_curve.push((now, acc));
-                if let Some((k, _)) = self.cheat_claims.remove(&(*job_id, *epoch, *step)) {
+                if let Some((k, _)) = self.cheat_claims.remove(&(job_id, *epoch, *step)) {
                     self.metrics.cheats.entry(k).or_default().missed += 1;
                 }
-                if let Some(pi) = self.provider_index(*provider)
+                let p = self.node_of(provider);
+                if let Some(pi) = p.and_then(|p| self.provider_index(p))
                     && let Some(n) = self.providers[pi].name.clone()
                 {
                     *self.metrics.paid_by_name.entry(n).or_default() += amount;
                 }
-                let (p, s, a) = (*provider, *step, *amount);
+                let s = *step;
                 self.note(|w| {
                     format!(
                         "Job {job_id}: checkpoint at step {s} accepted, {} credited {}",
-                        w.name(p),
-                        usdc(a)
+                        w.account_name(p),
+                        usdc(amount)
                     )
                 });
             }
-            escrow::Event::CheckpointRejected {
-                job_id,
+            ChainEvent::CheckpointRejected {
                 epoch,
                 step,
                 provider,
                 slashed,
                 ..
             } => {
-                self.metrics.slashed += slashed;
-                if let Some((k, at)) = self.cheat_claims.remove(&(*job_id, *epoch, *step)) {
+                self.metrics.slashed += slashed.saturating_to::<u128>();
+                if let Some((k, at)) = self.cheat_claims.remove(&(job_id, *epoch, *step)) {
                     self.metrics.cheats.entry(k).or_default().caught += 1;
                     self.metrics.cheat_detection_ms.push(now.saturating_sub(at));
                 }
-                if let Some(b) = self.book_mut(*job_id) {
+                if let Some(b) = self.book_mut(job_id) {
                     b.recovering = Some((now, true));
                 }
-                let (p, s) = (*provider, *step);
+                let (p, s) = (self.node_of(provider), *step);
                 self.note(|w| {
                     format!(
                         "Job {job_id}: {}'s checkpoint at step {s} refused, stake slashed",
-                        w.name(p)
+                        w.account_name(p)
                     )
                 });
             }
-            escrow::Event::JobCompleted { job_id, refund } => {
+            ChainEvent::JobCompleted { refund, .. } => {
+                let r: u128 = refund.saturating_to();
                 self.metrics.jobs_completed += 1;
-                self.metrics.refunded += refund;
-                self.job_finished(*job_id);
-                let r = *refund;
+                self.metrics.refunded += r;
+                self.job_finished(job_id);
                 self.note(|_| format!("Job {job_id} complete, {} back to the client", usdc(r)));
             }
-            escrow::Event::JobExpired { job_id, refund } => {
+            ChainEvent::JobExpired { refund, .. } => {
+                let r: u128 = refund.saturating_to();
                 self.metrics.jobs_expired += 1;
-                self.metrics.refunded += refund;
-                self.job_finished(*job_id);
-                let r = *refund;
+                self.metrics.refunded += r;
+                self.job_finished(job_id);
                 self.note(|_| format!("Job {job_id} expired, {} back to the client", usdc(r)));
             }
-            _ => {}
         }
+    }
+
+    /// The node behind an address on chain: every account the sim funds or signs with is one.
+    pub fn node_of(&self, a: &Address) -> Option<NodeId> {
+        self.driver.as_ref().and_then(|d| d.node(a))
+    }
+
+    /// Node `n`'s address: its key's, the account it sends transactions from.
+    pub fn address_of(&self, n: NodeId) -> Address {
+        self.driver.as_ref().map_or(Address::ZERO, |d| d.address(n))
+    }
+
+    fn account_name(&self, node: Option<NodeId>) -> String {
+        node.map_or_else(|| "an unknown account".to_owned(), |n| self.name(n))
     }
 
     fn job_finished(&mut self, job: JobId) {
@@ -972,7 +764,6 @@ impl World {
     /// Steps of epochs still running count as trained (and, unaccepted, lost) at the end.
     fn finish(&mut self) {
         for p in 0..self.providers.len() {
-            self.provider_stop(p);
             let node = self.provider_node(p);
             self.drive_kill(node);
         }

@@ -1,38 +1,9 @@
-//! The protocol crate's own role machines, driven by the simulator, tell the presets' stories:
-//! what the sim shows with them holds for the node binary, which runs the same code.
+//! What the protocol driver adds around the machines, checked: the signature schemes, the
+//! offer fan-out, replays, and the 10,000-node preset. (The presets' stories are
+//! `tests/presets.rs`; every run is on the protocol crate's machines.)
 
 use gpuchain_protocol::signing::Scheme;
-use gpuchain_sim::config::{DriverKind, USDC};
 use gpuchain_sim::{presets, run};
-
-#[test]
-fn nov4_with_the_protocol_machines() {
-    let mut cfg = presets::nov4();
-    cfg.driver = DriverKind::Protocol;
-    let out = run(cfg, 1).unwrap_or_else(|e| panic!("{e}"));
-    let r = &out.report;
-    assert_eq!(r.jobs_completed, 1, "{}", r.to_text());
-    assert_eq!(
-        r.paid_by_provider.get("A"),
-        Some(&(15 * USDC / 100)),
-        "{}",
-        r.to_text()
-    );
-    assert_eq!(r.paid_by_provider.get("P"), None, "{}", r.to_text());
-    assert_eq!(
-        r.paid_by_provider.get("B"),
-        Some(&(75 * USDC / 100)),
-        "{}",
-        r.to_text()
-    );
-    assert_eq!(r.refunded, 410 * USDC / 100);
-    assert_eq!(r.cheats.get("junk").map(|c| c.caught), Some(1));
-    assert!(
-        r.detection.count == 1 && r.detection.max_ms <= 300,
-        "{}",
-        r.to_text()
-    );
-}
 
 /// The simulated signature scheme (what large runs use) changes what a run costs, not what
 /// happens in it: the same seed gives the same report as with secp256k1, signature counts
@@ -64,8 +35,7 @@ fn simulated_signatures_change_nothing_but_the_cost() {
 
 #[test]
 fn break_it_with_the_protocol_machines_replays_byte_for_byte() {
-    let mut cfg = presets::break_it();
-    cfg.driver = DriverKind::Protocol;
+    let cfg = presets::break_it();
     let a = run(cfg.clone(), 3).unwrap_or_else(|e| panic!("{e}"));
     let b = run(cfg, 3).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(a.report.to_json(), b.report.to_json());
@@ -87,8 +57,9 @@ fn break_it_with_the_protocol_machines_replays_byte_for_byte() {
 #[test]
 fn protocol_machines_under_faults_keep_every_invariant() {
     let mut cfg = presets::faults();
-    cfg.driver = DriverKind::Protocol;
-    // Every message carries a real signature here: a short run keeps the test quick.
+    // The preset signs with the simulated scheme; here every message carries a real
+    // signature, so a short run keeps the test quick.
+    cfg.protocol.signatures = Scheme::Secp256k1;
     cfg.duration_s = 600.0;
     cfg.faults_stop_s = Some(200.0);
     cfg.job.last_start_s = 400.0;
@@ -132,7 +103,6 @@ fn offers_reach_the_fanout_and_replay_identically() {
 #[test]
 fn churn_10k_runs_on_the_protocol_machines() {
     let mut cfg = presets::churn_10k();
-    assert_eq!(cfg.driver, DriverKind::Protocol);
     cfg.duration_s = 180.0;
     let out = run(cfg.clone(), 5).unwrap_or_else(|e| panic!("{e}"));
     let r = &out.report;
@@ -149,4 +119,31 @@ fn churn_10k_runs_on_the_protocol_machines() {
         "{heartbeats} heartbeats\n{}",
         r.to_text()
     );
+}
+
+/// With `client_only_heartbeats` a heartbeat reaches the job's client alone (at most one
+/// delivery per heartbeat, fewer when lost); without it, every subscriber of the job's
+/// topic, its verifiers included. Either way the jobs get done.
+#[test]
+fn client_only_heartbeats_reach_the_client_alone() {
+    let mut cfg = presets::faults_protocol();
+    cfg.protocol.signatures = Scheme::Simulated;
+    let heartbeats = |client_only: bool| {
+        let mut c = cfg.clone();
+        c.protocol.client_only_heartbeats = client_only;
+        let out = run(c, 1).unwrap_or_else(|e| panic!("{e}"));
+        let sig = out.report.signatures.clone().expect("signatures counted");
+        assert!(out.report.jobs_completed > 0, "{}", out.report.to_text());
+        (
+            sig.signed.get("heartbeat").copied().unwrap_or(0),
+            sig.delivered.get("heartbeat").copied().unwrap_or(0),
+        )
+    };
+    let (sent, delivered) = heartbeats(true);
+    assert!(
+        sent > 100 && delivered <= sent,
+        "{sent} sent, {delivered} delivered"
+    );
+    let (sent, delivered) = heartbeats(false);
+    assert!(delivered > 2 * sent, "{sent} sent, {delivered} delivered");
 }

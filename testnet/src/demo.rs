@@ -59,7 +59,8 @@ pub struct DemoReport {
     pub refunded: String,
     pub slashed_p: String,
     pub budget: String,
-    /// paid + refunded == budget, from the chain.
+    /// paid + refunded == budget, from the job's escrow events, and every account was
+    /// credited exactly that.
     pub conserved: bool,
     pub wall_secs: u64,
 }
@@ -249,15 +250,24 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
 
     let c = net.chain()?;
     let addr = |n: &str| net.node(n).map(crate::NodeProc::eth_address);
-    let paid_a = c.withdrawable(addr("A")?).await?;
-    let paid_p = c.withdrawable(addr("P")?).await?;
-    let paid_b = c.withdrawable(addr("B")?).await?;
-    let client_credit = c.withdrawable(addr("client")?).await?;
-    let p_stake = U256::from(c.stake_of(addr("P")?).await?.amount);
-    let slashed = U256::from(STAKE).saturating_sub(p_stake);
-    let refunded = client_credit.saturating_sub(slashed);
+    // The job's own figures, summed from its escrow events (the same summary `gpuchain job
+    // status` prints); the balances the escrow credited must agree with them.
+    let money = c.deployer().job_money(job_num, c.deploy_block()).await?;
+    let paid_a = money.paid_to(addr("A")?);
+    let paid_p = money.paid_to(addr("P")?);
+    let paid_b = money.paid_to(addr("B")?);
+    let slashed = money.slashed.get(&addr("P")?).copied().unwrap_or_default();
+    let refunded = money.refunded;
     let budget = U256::from(BUDGET);
-    let conserved = paid_a + paid_p + paid_b + refunded == budget;
+    let client_credit = c.withdrawable(addr("client")?).await?;
+    let credited = c.withdrawable(addr("A")?).await? == paid_a
+        && c.withdrawable(addr("P")?).await? == paid_p
+        && c.withdrawable(addr("B")?).await? == paid_b
+        && client_credit == refunded + slashed;
+    let conserved = money.deposit == budget
+        && money.conserved()
+        && paid_a + paid_p + paid_b + refunded == budget
+        && credited;
 
     Ok(DemoReport {
         run_dir: run_dir.to_path_buf(),

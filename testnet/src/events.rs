@@ -1,17 +1,64 @@
 //! Node logs as data. With `--log-format json` every line a node writes is one JSON object
-//! from tracing-subscriber; the machine-readable ones have target `gpuchain::event` and an
-//! `event` field. The node flattens fields into the top level today; tracing-subscriber's
-//! unflattened layout nests them under `fields`, so lookups here accept both and tests do not
-//! break if the node's logging setup changes.
+//! from tracing-subscriber; the machine-readable ones have target `gpuchain::event`, the
+//! event's name in `event` and the typed event ([`NodeEvent`]) as JSON in `data`. Readers
+//! should match on [`node_event`]; [`read_log`] also lifts the event's fields to the top of
+//! its line, so older field lookups keep working. The node flattens fields into the top level
+//! today; tracing-subscriber's unflattened layout nests them under `fields`, so lookups here
+//! accept both and tests do not break if the node's logging setup changes.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
+pub use gpuchain_api::NodeEvent;
+pub use gpuchain_api::events::EVENT_TARGET;
 use serde_json::Value;
 
-/// The tracing target of the node's machine-readable events.
-pub const EVENT_TARGET: &str = "gpuchain::event";
+/// The typed event of a log line, if it is one.
+pub fn node_event(line: &Value) -> Option<NodeEvent> {
+    NodeEvent::from_line(line)
+}
+
+/// A predicate on log lines (for [`crate::Testnet::wait_event`] and filters): the typed
+/// event of the line is the named [`NodeEvent`] variant, optionally with a condition on
+/// its fields: `event_is!(ProviderLost)`, `event_is!(QualityTest { pass, .. } if *pass)`.
+#[macro_export]
+macro_rules! event_is {
+    ($variant:ident) => {
+        |line: &serde_json::Value| {
+            matches!(
+                $crate::node_event(line),
+                Some($crate::NodeEvent::$variant { .. })
+            )
+        }
+    };
+    ($variant:ident $fields:tt if $cond:expr) => {
+        |line: &serde_json::Value| {
+            matches!(
+                &$crate::node_event(line),
+                Some($crate::NodeEvent::$variant $fields) if $cond
+            )
+        }
+    };
+}
+
+/// Copies the fields of the event in `data` onto the line itself (without overwriting).
+fn lift_event_fields(mut line: Value) -> Value {
+    let data = line
+        .get(gpuchain_api::events::DATA_FIELD)
+        .or_else(|| {
+            line.get("fields")
+                .and_then(|f| f.get(gpuchain_api::events::DATA_FIELD))
+        })
+        .and_then(Value::as_str)
+        .and_then(|d| serde_json::from_str::<Value>(d).ok());
+    if let (Some(Value::Object(fields)), Some(obj)) = (data, line.as_object_mut()) {
+        for (k, v) in fields {
+            obj.entry(k).or_insert(v);
+        }
+    }
+    line
+}
 
 /// Every line of the log at `path` that is a JSON object, in order. Other lines (a panic
 /// message, a line still being written) are skipped.
@@ -26,6 +73,7 @@ pub fn read_log(path: &Path) -> Result<Vec<Value>> {
         .filter(|l| l.starts_with('{'))
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(Value::is_object)
+        .map(lift_event_fields)
         .collect())
 }
 
@@ -206,6 +254,25 @@ mod tests {
         assert!(after(t1, is_event("started"))(&flat));
         assert!(!after(t3, is_event("started"))(&flat));
         assert!(!after(t1, is_event("started"))(&nested), "no timestamp");
+    }
+
+    #[test]
+    fn typed_events_are_read_back_and_their_fields_lifted() {
+        let ev = NodeEvent::ProviderLost {
+            job_id: "3".into(),
+            epoch: 2,
+            provider: "0xab".into(),
+            silent_for_ms: 70,
+        };
+        let (name, data) = ev.to_fields();
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("n.log");
+        let line = json!({"target": EVENT_TARGET, "event": name, "data": data});
+        std::fs::write(&path, format!("{line}\n")).expect("write");
+        let lines = read_log(&path).expect("read");
+        assert_eq!(node_event(&lines[0]), Some(ev));
+        assert_eq!(field(&lines[0], "epoch"), Some(&json!(2)));
+        assert!(is_event("provider_lost")(&lines[0]));
     }
 
     #[test]

@@ -16,15 +16,15 @@
 mod chain;
 pub mod demo;
 pub mod events;
-mod http;
 mod node;
 mod process;
 pub mod scenario;
 mod testnet;
 
 pub use chain::{Chain, ChainOpts, ETH, USDC};
-pub use events::{after, event_micros, event_name, event_time, field, field_str, is_event};
-pub use http::request as http_request;
+pub use events::{
+    NodeEvent, after, event_micros, event_name, event_time, field, field_str, is_event, node_event,
+};
 pub use node::{API_TIMEOUT, Bootstrap, NodeProc, NodeSpec};
 pub use process::{Signal, pid_alive, signal};
 pub use testnet::{JobSubmission, PASSWORD, STOP_GRACE, Testnet, binary, poll_until};

@@ -143,6 +143,7 @@ pub struct NodeProc {
     pub(crate) proc: Option<Proc>,
     pub(crate) pid: u32,
     pub(crate) api: SocketAddr,
+    pub(crate) client: gpuchain_api::ApiClient,
     pub(crate) peer_id: String,
     pub(crate) listen: String,
     pub(crate) started_at: SystemTime,
@@ -238,6 +239,11 @@ impl NodeProc {
         Ok(self.events()?.into_iter().find(|v| pred(v)))
     }
 
+    /// A client of the node's control API (address and token of the latest run).
+    pub fn api(&self) -> &gpuchain_api::ApiClient {
+        &self.client
+    }
+
     /// A request to the control API; any status code is returned.
     pub async fn request(
         &self,
@@ -245,9 +251,24 @@ impl NodeProc {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(u16, Value)> {
-        crate::http::request(self.api, method, path, body, API_TIMEOUT)
+        self.request_with(method, path, body, &[]).await
+    }
+
+    /// A request with extra headers (a foreign `Origin`, a wrong token, …); any status
+    /// code is returned.
+    pub async fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<(u16, Value)> {
+        let r = self
+            .client
+            .send(method, path, body, headers)
             .await
-            .with_context(|| format!("node {}", self.name()))
+            .with_context(|| format!("node {}", self.name()))?;
+        Ok((r.status, r.body))
     }
 
     /// GET, expecting 200.

@@ -2,7 +2,6 @@
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -21,8 +20,7 @@ pub const PASSWORD: &str = "gpuchain-testnet";
 /// The node's keystore, relative to its data dir (the node's `keys::KEYSTORE_DIR` and
 /// `KEYSTORE_FILE`).
 const KEYSTORE: (&str, &str) = ("keystore", "node.json");
-/// The file the node writes its bound API address to (the node's `node::API_ADDR_FILE`).
-const API_ADDR_FILE: &str = "api.addr";
+use gpuchain_api::ADDR_FILE as API_ADDR_FILE;
 /// How long a bootstrapping node waits for its bootstrap peer.
 const BOOTSTRAP_TIMEOUT_SECS: u64 = 20;
 /// How long `stop` waits after SIGTERM before it sends SIGKILL.
@@ -67,7 +65,7 @@ pub fn binary() -> Result<PathBuf> {
         tried.push(candidate.display().to_string());
     }
     bail!(
-        "the gpuchain binary is not built (looked for {}): run `cargo build -p gpuchain-node` with the same target dir and profile, or set GPUCHAIN_BIN",
+        "the gpuchain binary is not built (looked for {}): run `cargo build -p gpuchain` with the same target dir and profile, or set GPUCHAIN_BIN",
         tried.join(" and ")
     )
 }
@@ -343,7 +341,7 @@ impl Testnet {
     async fn launch(&self, spec: NodeSpec, replacing: Option<usize>) -> Result<NodeProc> {
         if !self.binary.is_file() {
             bail!(
-                "the gpuchain binary {} does not exist: run `cargo build -p gpuchain-node` or set GPUCHAIN_BIN",
+                "the gpuchain binary {} does not exist: run `cargo build -p gpuchain` or set GPUCHAIN_BIN",
                 self.binary.display()
             );
         }
@@ -440,7 +438,8 @@ impl Testnet {
             signer,
             proc: Some(proc),
             pid,
-            api: ready.api,
+            api: ready.client.addr(),
+            client: ready.client.with_timeout(API_TIMEOUT),
             peer_id: ready.peer_id,
             listen: ready.listen,
             started_at,
@@ -595,7 +594,7 @@ fn restrict(path: &Path) -> Result<()> {
 }
 
 struct Ready {
-    api: SocketAddr,
+    client: gpuchain_api::ApiClient,
     peer_id: String,
     listen: String,
     eth_address: Option<Address>,
@@ -621,19 +620,23 @@ async fn wait_ready(
                 crate::chain::tail(log)
             );
         }
-        if let Ok(text) = std::fs::read_to_string(&api_file)
-            && let Ok(api) = text.trim().parse::<SocketAddr>()
-        {
+        // The node writes its token before its address, so both are there once this is.
+        if api_file.exists() {
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .clamp(Duration::from_millis(200), API_TIMEOUT);
-            match crate::http::request(api, "GET", "/v1/status", None, left).await {
-                Ok((200, st)) => match ready_from_status(api, &st) {
-                    Some(ready) => return Ok(ready),
-                    None => last = format!("status has no loopback tcp listener yet: {st}"),
-                },
-                Ok((code, body)) => last = format!("/v1/status answered {code}: {body}"),
-                Err(e) => last = format!("{e:#}"),
+            match gpuchain_api::ApiClient::for_data_dir(data_dir) {
+                Ok(client) => {
+                    let client = client.with_timeout(left);
+                    match client.get::<Value>("/v1/status").await {
+                        Ok(st) => match ready_from_status(client, &st) {
+                            Some(ready) => return Ok(ready),
+                            None => last = format!("status has no loopback tcp listener yet: {st}"),
+                        },
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+                Err(e) => last = e.to_string(),
             }
         }
         if Instant::now() >= deadline {
@@ -647,7 +650,7 @@ async fn wait_ready(
     }
 }
 
-fn ready_from_status(api: SocketAddr, st: &Value) -> Option<Ready> {
+fn ready_from_status(client: gpuchain_api::ApiClient, st: &Value) -> Option<Ready> {
     let peer_id = st.get("peer_id")?.as_str()?.to_string();
     let tcp = st
         .get("listen_addrs")?
@@ -665,7 +668,7 @@ fn ready_from_status(api: SocketAddr, st: &Value) -> Option<Ready> {
         .and_then(Value::as_str)
         .and_then(|a| a.parse().ok());
     Some(Ready {
-        api,
+        client,
         peer_id,
         listen,
         eth_address,
@@ -771,13 +774,13 @@ mod tests {
 
     #[test]
     fn ready_needs_a_loopback_tcp_listener() {
-        let api: SocketAddr = "127.0.0.1:1".parse().expect("addr");
+        let api = gpuchain_api::ApiClient::new("127.0.0.1:1".parse().expect("addr"), None);
         let st = serde_json::json!({
             "peer_id": "12D3KooX",
             "eth_address": "0x5FbDB2315678afecb367f032d93F642f64180aa3",
             "listen_addrs": ["/ip4/127.0.0.1/udp/5/quic-v1", "/ip4/127.0.0.1/tcp/4001"],
         });
-        let r = ready_from_status(api, &st).expect("ready");
+        let r = ready_from_status(api.clone(), &st).expect("ready");
         assert_eq!(r.listen, "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooX");
         assert!(r.eth_address.is_some());
         let st = serde_json::json!({"peer_id": "x", "listen_addrs": []});

@@ -175,7 +175,7 @@ async fn a_missing_binary_is_named() -> Result<()> {
     let err = net.spawn(NodeSpec::new("a")).await.expect_err("no binary");
     let msg = format!("{err:#}");
     assert!(msg.contains("no-such-gpuchain"), "{msg}");
-    assert!(msg.contains("cargo build -p gpuchain-node"), "{msg}");
+    assert!(msg.contains("cargo build -p gpuchain`"), "{msg}");
     Ok(())
 }
 

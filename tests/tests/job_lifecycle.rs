@@ -183,6 +183,48 @@ async fn assert_conserved(s: &Setup, accounts: &[Address], providers: &[&str]) -
     Ok(())
 }
 
+/// `gpuchain job status ID` (text, then `--json`), as a user would run it.
+async fn job_status(s: &Setup, id: U256) -> Result<(String, Value)> {
+    let chain = s.net.chain()?;
+    let mut out = Vec::new();
+    for json in [false, true] {
+        let mut cmd = tokio::process::Command::new(s.net.binary());
+        cmd.args([
+            "job",
+            "status",
+            &id.to_string(),
+            "--rpc-url",
+            chain.rpc_url(),
+        ])
+        .args(["--escrow", &chain.escrow().to_string()])
+        .env_remove("GPUCHAIN_DATA_DIR");
+        if json {
+            cmd.arg("--json");
+        }
+        let o = cmd.output().await?;
+        ensure!(
+            o.status.success(),
+            "job status failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out.push(String::from_utf8_lossy(&o.stdout).into_owned());
+    }
+    let v: Value = serde_json::from_str(&out[1])?;
+    Ok((out.swap_remove(0), v))
+}
+
+/// Base units as `job status` prints them (no trailing zeros).
+fn tokens(v: U256) -> String {
+    let s = format!("{v:0>7}");
+    let (int, frac) = s.split_at(s.len() - 6);
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        int.to_string()
+    } else {
+        format!("{int}.{frac}")
+    }
+}
+
 fn addr(s: &Setup, name: &str) -> Result<Address> {
     Ok(s.net.node(name)?.eth_address())
 }
@@ -225,6 +267,30 @@ async fn happy_path_pays_every_step_once_and_refunds_the_rest() -> Result<()> {
         .map(|n| addr(&s, n))
         .collect::<Result<_>>()?;
     assert_conserved(&s, &accounts, &["p1", "p2"]).await?;
+
+    // `gpuchain job status` shows the chain's figures: p1's pay, the refund, the status.
+    let (text, st) = job_status(&s, id).await?;
+    println!("{text}");
+    assert_eq!(st["status"], "Completed", "{st}");
+    assert_eq!(st["budget"], "1", "{st}");
+    assert_eq!(
+        st["paid"],
+        json!({ p1.to_string(): tokens(earned) }),
+        "{st}"
+    );
+    assert_eq!(st["paid_total"], "0.04", "{st}");
+    let refund = chain.withdrawable(addr(&s, "client")?).await?;
+    assert_eq!(st["refunded"], tokens(refund), "{st}");
+    assert_eq!(st["refunded"], "0.96", "{st}");
+    assert_eq!(st["remaining"], "0", "{st}");
+    assert_eq!(st["slashed_stake"], json!({}), "{st}");
+    for line in [
+        "status  Completed".to_string(),
+        format!("paid  {p1}  0.04"),
+        "refunded  0.96".to_string(),
+    ] {
+        ensure!(text.contains(&line), "{line:?} not in\n{text}");
+    }
 
     // `gpuchain withdraw` pays out exactly what the escrow credited.
     let before = chain.usdc_balance(p1).await?;
@@ -384,6 +450,22 @@ async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Resu
         c.withdrawable(addr(&s, "client")?).await?,
         U256::from(BUDGET) - p2_paid + slashed
     );
+    // The status separates pay, slashed stake and refund.
+    let (text, st) = job_status(&s, id).await?;
+    println!("{text}");
+    assert_eq!(st["status"], "Completed", "{st}");
+    let p2 = addr(&s, "p2")?;
+    assert_eq!(
+        st["paid"],
+        json!({ p2.to_string(): tokens(p2_paid) }),
+        "{st}"
+    );
+    assert_eq!(
+        st["slashed_stake"],
+        json!({ p1.to_string(): tokens(slashed) }),
+        "{st}"
+    );
+    assert_eq!(st["refunded"], tokens(U256::from(BUDGET) - p2_paid), "{st}");
     let accounts: Vec<Address> = ["client", "p1", "p2", "v1", "v2"]
         .iter()
         .map(|n| addr(&s, n))

@@ -390,6 +390,25 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
     // Withdrawals are no protocol input: nothing more arrives.
     let batch = follower.poll().await?;
     assert!(batch.events.is_empty(), "{:?}", batch.events);
+
+    // The job's money, summed from its events, matches the balances above.
+    let money = client.job_money(job.id, 0).await?;
+    assert_eq!(money.status_name(), "Completed");
+    assert_eq!(money.deposit, U256::from(BUDGET));
+    assert_eq!(money.paid.len(), 1);
+    assert_eq!(money.paid_to(provider.address()), paid);
+    assert_eq!(money.refunded, refund);
+    assert_eq!(money.remaining, U256::ZERO);
+    assert!(money.slashed.is_empty());
+    assert!(money.conserved());
+    assert_eq!(money.created_block, seen[0].block_number);
+    // from the creation block on reads the same; after it the job is not found
+    assert_eq!(client.job_money(job.id, money.created_block).await?, money);
+    let err = client
+        .job_money(job.id, money.created_block + 1)
+        .await
+        .expect_err("JobCreated is before that block");
+    assert!(err.to_string().contains("no JobCreated event"), "{err}");
     Ok(())
 }
 
@@ -523,7 +542,127 @@ async fn release_reject_and_expire_reach_the_follower() -> Result<()> {
             },
         ]
     );
+    let money = client.job_money(id, 0).await?;
+    assert_eq!(money.status_name(), "Expired");
+    assert_eq!(money.paid_total(), U256::ZERO);
+    assert_eq!(money.refunded, U256::from(BUDGET));
+    assert_eq!(money.slashed_total(), U256::from(MIN_STAKE));
+    assert_eq!(
+        money.slashed.get(&provider_address),
+        Some(&U256::from(MIN_STAKE))
+    );
+    assert!(money.conserved());
     Ok(())
+}
+
+/// What the client can observe of "nothing was sent": its nonce and its allowance.
+async fn untouched(chain: &Chain, client: &ChainClient, nonce: u64) -> Result<()> {
+    let now = chain.raw().get_transaction_count(client.address()).await?;
+    ensure!(now == nonce, "nonce moved from {nonce} to {now}");
+    let allowance = gpuchain_contracts::TestUSDC::new(chain.usdc, chain.raw())
+        .allowance(client.address(), chain.escrow)
+        .call()
+        .await?;
+    ensure!(allowance.is_zero(), "an approval of {allowance} was sent");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_create_job_sends_nothing_and_a_good_one_approves_exactly_the_budget() -> Result<()> {
+    let chain = Chain::start().await?;
+    let client = chain.client(1).await?;
+    client
+        .mint(client.address(), U256::from(CLIENT_FUNDS))
+        .await?;
+    let nonce = chain.raw().get_transaction_count(client.address()).await?;
+    let now = client.block_time().await?;
+    let good = create_job(&chain, now);
+    let with = |f: &dyn Fn(&mut ChainTx)| {
+        let mut tx = good.clone();
+        f(&mut tx);
+        tx
+    };
+    fn terms(tx: &mut ChainTx) -> (&mut U256, &mut U256, &mut Vec<Address>, &mut u8, &mut u64) {
+        match tx {
+            ChainTx::CreateJob {
+                budget,
+                max_price_per_step,
+                verifiers,
+                quorum,
+                deadline,
+                ..
+            } => (budget, max_price_per_step, verifiers, quorum, deadline),
+            _ => unreachable!("a CreateJob"),
+        }
+    }
+    let v = verifiers();
+    let cases: Vec<(ChainTx, &str)> = vec![
+        (
+            with(&|t| *terms(t).0 = U256::from(MAX_PRICE * TOTAL_STEPS - 1)),
+            "budget 3.999999 is less than the maximum price 0.01 × 400 steps = 4",
+        ),
+        (
+            with(&|t| *terms(t).4 = now),
+            "is not after the chain's time",
+        ),
+        (
+            with(&|t| *terms(t).0 = U256::from(u128::MAX) + U256::from(1u8)),
+            "above the escrow's limit",
+        ),
+        (
+            with(&|t| *terms(t).2 = vec![v[0], v[1], v[0]]),
+            "listed twice (#1 and #3)",
+        ),
+        (
+            with(&|t| terms(t).2[1] = Address::ZERO),
+            "verifier #2 is the zero address",
+        ),
+        (with(&|t| *terms(t).3 = 0), "quorum 0 must be"),
+        (with(&|t| *terms(t).3 = 4), "quorum 4 must be"),
+    ];
+    for (tx, says) in cases {
+        let err = client.submit(&tx).await.expect_err(says);
+        assert!(matches!(err, ChainError::CreateJobRefused(_)), "{err:?}");
+        assert!(err.to_string().contains(says), "{err} / {says}");
+        untouched(&chain, &client, nonce).await?;
+    }
+    if let Some(v) = v.first() {
+        assert!(
+            err_names(&client, &with(&|t| terms(t).2.push(*v)))
+                .await?
+                .contains("twice")
+        );
+    }
+
+    // Passes the Rust checks but not the chain: a budget above the client's balance. The
+    // simulation runs the approval first, so the token's balance check is what fails (not
+    // its allowance check), and the amounts are in tokens.
+    let rich = with(&|t| *terms(t).0 = U256::from(CLIENT_FUNDS + 1));
+    let err = client
+        .submit(&rich)
+        .await
+        .expect_err("more than the client has");
+    assert_eq!(err.revert_name(), Some("ERC20InsufficientBalance"), "{err}");
+    assert!(matches!(err, ChainError::Reverted { tx: None, .. }));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("holds 10 ") && msg.contains("10.000001 needed"),
+        "{msg}"
+    );
+    untouched(&chain, &client, nonce).await?;
+    client.preflight_create_job(&good).await?;
+
+    // A good one: approve (exactly the budget, all of it pulled) and createJob.
+    client.submit(&good).await?;
+    untouched(&chain, &client, nonce + 2).await?;
+    Ok(())
+}
+
+async fn err_names(client: &ChainClient, tx: &ChainTx) -> Result<String> {
+    match client.preflight_create_job(tx).await {
+        Ok(()) => bail!("accepted"),
+        Err(e) => Ok(e.to_string()),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,9 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use gpuchain_contracts::chain::{ChainClient, EventFollower, FollowedEvent, FollowerConfig};
+use gpuchain_contracts::chain::{
+    ChainClient, CreateJobTerms, EventFollower, FollowedEvent, FollowerConfig, check_create_job,
+};
 use gpuchain_protocol::client::JobParams;
-use gpuchain_protocol::{ChainTx, Input, JobSpec, TxId};
+use gpuchain_protocol::{Address, ChainTx, Input, JobSpec, TxId};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::jobs::{JobFile, blake3_of};
@@ -63,28 +65,68 @@ pub fn load_specs(data_dir: &Path) -> Vec<JobSpec> {
     out
 }
 
-/// Packs and stores the job's blobs and works out the escrow terms.
+/// Checks the submission against everything the escrow will check (and that the verifiers
+/// are known), simulates the `createJob` it leads to, then packs and stores the job's blobs
+/// and works out the escrow terms. Nothing is stored or sent for a job the escrow would
+/// refuse.
 pub async fn prepare_job(ctx: &Ctx, req: &SubmitRequest) -> Result<(JobSpec, JobParams)> {
-    if req.verifiers.is_empty() {
-        bail!("a job needs at least one verifier: pass --verifiers ADDR[,ADDR…]");
-    }
-    if req.quorum == 0 || usize::from(req.quorum) > req.verifiers.len() {
-        bail!(
-            "--quorum {} must be between 1 and the number of verifiers ({})",
-            req.quorum,
-            req.verifiers.len()
-        );
-    }
-    if req.budget.is_zero() || req.max_price_per_step.is_zero() {
-        bail!("--budget and --max-price must be positive");
-    }
     let path = req.spec_path.clone();
-    let (spec, blobs) = tokio::task::spawn_blocking(move || {
-        let file = JobFile::load(&path)?;
-        file.build(&path)
-    })
-    .await
-    .map_err(|e| anyhow!("preparing the job: {e}"))??;
+    let file = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || JobFile::load(&path))
+            .await
+            .map_err(|e| anyhow!("reading the job file: {e}"))??
+    };
+    let token = ctx.chain.token();
+    let decimals = ctx.chain.token_decimals(token).await;
+    let now = ctx.chain.block_time().await?;
+    let deadline = now.saturating_add(req.deadline_secs);
+    check_create_job(&CreateJobTerms {
+        token: Some(token),
+        budget: req.budget,
+        max_price_per_step: req.max_price_per_step,
+        total_steps: file.total_steps,
+        checkpoint_interval: file.checkpoint_interval,
+        verifiers: req.verifiers.clone(),
+        quorum: req.quorum,
+        deadline,
+        // the deadline is relative: only "0 seconds" can fail here, and it says so
+        now: if req.deadline_secs == 0 { 0 } else { now },
+        decimals,
+    })?;
+    if !req.allow_unknown_verifiers {
+        check_verifiers_known(ctx, &req.verifiers).await?;
+    }
+
+    let (spec, blobs) = tokio::task::spawn_blocking(move || file.build(&path))
+        .await
+        .map_err(|e| anyhow!("preparing the job: {e}"))??;
+    let params = JobParams {
+        token,
+        budget: req.budget,
+        max_price_per_step: req.max_price_per_step,
+        verifiers: req.verifiers.clone(),
+        quorum: req.quorum,
+        deadline,
+        grace: req.grace_secs,
+    };
+    // The chain has the last word (balance, allowance, its clock): ask it before storing
+    // anything. The chain client asks again right before it sends.
+    ctx.chain
+        .preflight_create_job(&ChainTx::CreateJob {
+            token,
+            budget: params.budget,
+            max_price_per_step: params.max_price_per_step,
+            total_steps: spec.total_steps,
+            checkpoint_interval: spec.checkpoint_interval,
+            spec_hash: spec.spec_hash(),
+            verifiers: params.verifiers.clone(),
+            quorum: params.quorum,
+            deadline: params.deadline,
+            grace: params.grace,
+        })
+        .await?;
+
     let spec_hex = hex::encode(spec.spec_hash());
     let store = ctx.handle.blobs();
     for (name, bytes) in [
@@ -100,17 +142,46 @@ pub async fn prepare_job(ctx: &Ctx, req: &SubmitRequest) -> Result<(JobSpec, Job
             bail!("the blob store hashed the job's {name} data differently from BLAKE3");
         }
     }
-    let now = ctx.chain.block_time().await?;
-    let params = JobParams {
-        token: ctx.chain.token(),
-        budget: req.budget,
-        max_price_per_step: req.max_price_per_step,
-        verifiers: req.verifiers.clone(),
-        quorum: req.quorum,
-        deadline: now.saturating_add(req.deadline_secs),
-        grace: req.grace_secs,
-    };
     Ok((spec, params))
+}
+
+/// Every verifier must be a peer that said hello with that address and the verifier role:
+/// an address no running verifier holds would leave the job waiting out its deadline.
+async fn check_verifiers_known(ctx: &Ctx, verifiers: &[Address]) -> Result<()> {
+    let peers = ctx.handle.peers().await?;
+    for v in verifiers {
+        let hellos: Vec<_> = peers
+            .iter()
+            .filter(|p| {
+                p.eth_address
+                    .as_deref()
+                    .and_then(|a| a.parse::<Address>().ok())
+                    == Some(*v)
+            })
+            .collect();
+        if hellos.is_empty() {
+            bail!(
+                "verifier {v} is not known to this node: no peer has announced that address in a hello. \
+                 Check the address (a verifier's is the eth_address of its GET /v1/status), \
+                 wait until the verifier is connected, or pass --allow-unknown-verifiers if it will come online later"
+            );
+        }
+        if !hellos
+            .iter()
+            .any(|p| p.roles.iter().any(|r| r == "verifier"))
+        {
+            bail!(
+                "verifier {v} is known to this node, but its hello does not announce the verifier role \
+                 (roles: {}); start it with --role verifier, or pass --allow-unknown-verifiers",
+                hellos
+                    .iter()
+                    .flat_map(|p| p.roles.iter().cloned())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Sends one of the machines' transactions; a failure goes back to them as `TxFailed`.

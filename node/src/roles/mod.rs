@@ -5,6 +5,7 @@
 //! run the same decisions.
 
 pub mod chain;
+pub mod handle;
 pub mod hardware;
 pub mod jobs;
 pub mod train;
@@ -19,6 +20,7 @@ use anyhow::{Result, anyhow};
 use gpuchain_contracts::chain::{Batch, ChainClient};
 use gpuchain_protocol::client::{ClientConfig, JobParams, JobStatus};
 use gpuchain_protocol::detector::DetectorConfig;
+use gpuchain_protocol::validation::Verdict;
 use gpuchain_protocol::{
     Address, ChainEvent, Checked, Client, Hash, Input, JobId, JobSpec, Message, Notice, Output,
     Provider, ProviderConfig, SigningKey, StateMachine, Time, TxId, U256, Verifier, VerifierConfig,
@@ -27,6 +29,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::Role;
+use crate::events::NodeEvent;
 use crate::handle::NodeHandle;
 use jobs::JobLibrary;
 
@@ -35,8 +38,12 @@ pub const ROLE_QUEUE: usize = 4096;
 
 #[derive(Debug)]
 pub enum RoleEvent {
-    /// Checked by the gossip validator; the machines take it without checking again.
-    Gossip(Box<Checked>),
+    /// Checked by the gossip validator; the machines take it without checking again, and
+    /// their combined verdict goes back to gossipsub with the ticket.
+    Gossip {
+        checked: Box<Checked>,
+        ticket: crate::event_loop::GossipTicket,
+    },
     ConnectionClosed {
         address: Address,
     },
@@ -76,6 +83,10 @@ pub struct SubmitRequest {
     /// Seconds from now (block time) until the deadline.
     pub deadline_secs: u64,
     pub grace_secs: u64,
+    /// Accept verifier addresses no peer has announced (in a hello, with the verifier
+    /// role) yet: for verifiers that come online after the job is submitted.
+    #[serde(default)]
+    pub allow_unknown_verifiers: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -339,22 +350,26 @@ impl RoleRuntime {
     fn on_event(&mut self, ev: RoleEvent) {
         let now = self.now();
         match ev {
-            RoleEvent::Gossip(checked) => {
+            RoleEvent::Gossip { checked, ticket } => {
                 match checked.message() {
                     Message::JobOffer(o) => self.ctx.library.remember_spec(&o.spec),
                     Message::CheckpointAnnounce(a) => self.verify.remember_announce(a),
                     _ => {}
                 }
+                let mut verdict = Verdict::Accept;
                 let mut client_verdict = None;
                 if let Some(c) = self.client.as_mut() {
-                    client_verdict = Some(c.handle_checked(now, &checked));
+                    let v = c.handle_checked(now, &checked);
+                    client_verdict = Some(v);
+                    verdict = verdict.combine(v);
                 }
                 if let Some(p) = self.provider.as_mut() {
-                    p.handle_checked(now, &checked);
+                    verdict = verdict.combine(p.handle_checked(now, &checked));
                 }
                 if let Some(v) = self.verifier.as_mut() {
-                    v.handle_checked(now, &checked);
+                    verdict = verdict.combine(v.handle_checked(now, &checked));
                 }
+                self.ctx.handle.report_verdict(ticket, verdict);
                 // The client's view of liveness, for the run record: heartbeats of its own
                 // jobs that it took.
                 if let (Message::Heartbeat(h), Some(verdict)) = (checked.message(), client_verdict)
@@ -364,7 +379,17 @@ impl RoleRuntime {
                         .as_ref()
                         .is_some_and(|c| c.job_status(h.job_id).is_some())
                 {
-                    tracing::info!(target: "gpuchain::event", event = "heartbeat", job_id = %h.job_id, epoch = h.epoch, provider = %h.provider, seq = h.seq, step = h.step, loss = h.loss, "heartbeat");
+                    crate::events::emit(
+                        NodeEvent::Heartbeat {
+                            job_id: h.job_id.to_string(),
+                            epoch: h.epoch,
+                            provider: h.provider.to_string(),
+                            seq: h.seq,
+                            step: h.step,
+                            loss: h.loss,
+                        },
+                        "heartbeat",
+                    );
                 }
             }
             RoleEvent::ConnectionClosed { address } => {
@@ -378,7 +403,15 @@ impl RoleRuntime {
                     loss,
                 } = &input
                 {
-                    tracing::info!(target: "gpuchain::event", event = "step", job_id = %job_id, epoch, step, loss, "step");
+                    crate::events::emit(
+                        NodeEvent::Step {
+                            job_id: job_id.to_string(),
+                            epoch: *epoch,
+                            step: *step,
+                            loss: *loss,
+                        },
+                        "step",
+                    );
                 }
                 self.each(|m| m.handle_input(now, input.clone()));
             }
@@ -562,18 +595,41 @@ impl RoleRuntime {
 
 fn log_published(m: &Message) {
     match m {
-        Message::JobOffer(o) => {
-            tracing::info!(target: "gpuchain::event", event = "offer_published", job_id = %o.job_id, next_epoch = o.next_epoch, "job offered")
-        }
-        Message::Bid(b) => {
-            tracing::info!(target: "gpuchain::event", event = "bid_published", job_id = %b.job_id, epoch = b.epoch, price_per_step = %b.price_per_step, "bid")
-        }
-        Message::CheckpointAnnounce(a) => {
-            tracing::info!(target: "gpuchain::event", event = "checkpoint_announced", job_id = %a.job_id, epoch = a.epoch, step = a.step, parent_step = a.parent_step, checkpoint = %a.checkpoint_hash, "checkpoint announced")
-        }
-        Message::Vote(v) => {
-            tracing::info!(target: "gpuchain::event", event = "vote_published", job_id = %v.job_id, epoch = v.epoch, step = v.step, accept = v.accept, checkpoint = %v.checkpoint_hash, "vote")
-        }
+        Message::JobOffer(o) => crate::events::emit(
+            NodeEvent::OfferPublished {
+                job_id: o.job_id.to_string(),
+                next_epoch: o.next_epoch,
+            },
+            "job offered",
+        ),
+        Message::Bid(b) => crate::events::emit(
+            NodeEvent::BidPublished {
+                job_id: b.job_id.to_string(),
+                epoch: b.epoch,
+                price_per_step: b.price_per_step.to_string(),
+            },
+            "bid",
+        ),
+        Message::CheckpointAnnounce(a) => crate::events::emit(
+            NodeEvent::CheckpointAnnounced {
+                job_id: a.job_id.to_string(),
+                epoch: a.epoch,
+                step: a.step,
+                parent_step: a.parent_step,
+                checkpoint: a.checkpoint_hash.to_string(),
+            },
+            "checkpoint announced",
+        ),
+        Message::Vote(v) => crate::events::emit(
+            NodeEvent::VotePublished {
+                job_id: v.job_id.to_string(),
+                epoch: v.epoch,
+                step: v.step,
+                accept: v.accept,
+                checkpoint: v.checkpoint_hash.to_string(),
+            },
+            "vote",
+        ),
         Message::Heartbeat(_) | Message::NodeHello(_) => {}
     }
 }
@@ -585,55 +641,102 @@ fn log_notice(n: &Notice) {
             epoch,
             provider,
             price_per_step,
-        } => {
-            tracing::info!(target: "gpuchain::event", event = "provider_selected", job_id = %job_id, epoch, provider = %provider, price_per_step = %price_per_step, "provider selected")
-        }
+        } => crate::events::emit(
+            NodeEvent::ProviderSelected {
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+                provider: provider.to_string(),
+                price_per_step: price_per_step.to_string(),
+            },
+            "provider selected",
+        ),
         Notice::ProviderLost {
             job_id,
             epoch,
             provider,
             silent_for,
-        } => {
-            tracing::warn!(target: "gpuchain::event", event = "provider_lost", job_id = %job_id, epoch, provider = %provider, silent_for_ms = silent_for.as_millis() as u64, "provider lost")
-        }
-        Notice::NoUsableBids { job_id, epoch } => {
-            tracing::info!(target: "gpuchain::event", event = "no_usable_bids", job_id = %job_id, epoch, "no usable bid yet; offering again")
-        }
+        } => crate::events::emit(
+            NodeEvent::ProviderLost {
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+                provider: provider.to_string(),
+                silent_for_ms: silent_for.as_millis() as u64,
+            },
+            "provider lost",
+        ),
+        Notice::NoUsableBids { job_id, epoch } => crate::events::emit(
+            NodeEvent::NoUsableBids {
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+            },
+            "no usable bid yet; offering again",
+        ),
         Notice::QuorumReached {
             job_id,
             epoch,
             step,
             accept,
-        } => {
-            tracing::info!(target: "gpuchain::event", event = "quorum", job_id = %job_id, epoch, step, accept, "verifier quorum")
-        }
+        } => crate::events::emit(
+            NodeEvent::Quorum {
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+                step: *step,
+                accept: *accept,
+            },
+            "verifier quorum",
+        ),
         Notice::Voted {
             job_id,
             epoch,
             step,
             accept,
-        } => {
-            tracing::info!(target: "gpuchain::event", event = "voted", job_id = %job_id, epoch, step, accept, "voted")
-        }
-        Notice::Fenced { job_id, epoch } => {
-            tracing::warn!(target: "gpuchain::event", event = "fenced", job_id = %job_id, epoch, "our epoch was fenced; training stopped")
-        }
-        Notice::JobFinished { job_id } => {
-            tracing::info!(target: "gpuchain::event", event = "job_finished", job_id = %job_id, "job finished")
-        }
-        Notice::TxFailed { id, reason } => {
-            tracing::warn!(target: "gpuchain::event", event = "tx_failed", tx = id.0, reason = %reason, "transaction failed")
-        }
+        } => crate::events::emit(
+            NodeEvent::Voted {
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+                step: *step,
+                accept: *accept,
+            },
+            "voted",
+        ),
+        Notice::Fenced { job_id, epoch } => crate::events::emit(
+            NodeEvent::Fenced {
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+            },
+            "our epoch was fenced; training stopped",
+        ),
+        Notice::JobFinished { job_id } => crate::events::emit(
+            NodeEvent::JobFinished {
+                job_id: job_id.to_string(),
+            },
+            "job finished",
+        ),
+        Notice::TxFailed { id, reason } => crate::events::emit(
+            NodeEvent::TxFailed {
+                tx: id.0,
+                reason: reason.to_string(),
+            },
+            "transaction failed",
+        ),
         Notice::TrainerInconsistent {
             job_id,
             epoch,
             step,
-        } => {
-            tracing::error!(target: "gpuchain::event", event = "trainer_inconsistent", job_id = %job_id, epoch, step, "trainer reported an inconsistent interval")
-        }
-        Notice::UnknownJob { job_id } => {
-            tracing::warn!(target: "gpuchain::event", event = "unknown_job", job_id = %job_id, "assigned to a job whose spec this node never saw")
-        }
+        } => crate::events::emit(
+            NodeEvent::TrainerInconsistent {
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+                step: *step,
+            },
+            "trainer reported an inconsistent interval",
+        ),
+        Notice::UnknownJob { job_id } => crate::events::emit(
+            NodeEvent::UnknownJob {
+                job_id: job_id.to_string(),
+            },
+            "assigned to a job whose spec this node never saw",
+        ),
     }
 }
 
@@ -644,9 +747,15 @@ fn log_chain_event(e: &ChainEvent, block: u64) {
             client,
             budget,
             ..
-        } => {
-            tracing::info!(target: "gpuchain::event", event = "chain_job_created", block, job_id = %job_id, client = %client, budget = %budget, "job created on chain")
-        }
+        } => crate::events::emit(
+            NodeEvent::ChainJobCreated {
+                block,
+                job_id: job_id.to_string(),
+                client: client.to_string(),
+                budget: budget.to_string(),
+            },
+            "job created on chain",
+        ),
         ChainEvent::ProviderAssigned {
             job_id,
             epoch,
@@ -654,16 +763,30 @@ fn log_chain_event(e: &ChainEvent, block: u64) {
             price_per_step,
             start_step,
             ..
-        } => {
-            tracing::info!(target: "gpuchain::event", event = "chain_assigned", block, job_id = %job_id, epoch, provider = %provider, price_per_step = %price_per_step, start_step, "provider assigned")
-        }
+        } => crate::events::emit(
+            NodeEvent::ChainAssigned {
+                block,
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+                provider: provider.to_string(),
+                price_per_step: price_per_step.to_string(),
+                start_step: *start_step,
+            },
+            "provider assigned",
+        ),
         ChainEvent::EpochEnded {
             job_id,
             epoch,
             reason,
-        } => {
-            tracing::info!(target: "gpuchain::event", event = "chain_epoch_ended", block, job_id = %job_id, epoch, reason = ?reason, "epoch ended")
-        }
+        } => crate::events::emit(
+            NodeEvent::ChainEpochEnded {
+                block,
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+                reason: format!("{:?}", reason),
+            },
+            "epoch ended",
+        ),
         ChainEvent::CheckpointAccepted {
             job_id,
             epoch,
@@ -671,9 +794,17 @@ fn log_chain_event(e: &ChainEvent, block: u64) {
             provider,
             amount,
             ..
-        } => {
-            tracing::info!(target: "gpuchain::event", event = "chain_accepted", block, job_id = %job_id, epoch, step, provider = %provider, amount = %amount, "checkpoint accepted")
-        }
+        } => crate::events::emit(
+            NodeEvent::ChainAccepted {
+                block,
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+                step: *step,
+                provider: provider.to_string(),
+                amount: amount.to_string(),
+            },
+            "checkpoint accepted",
+        ),
         ChainEvent::CheckpointRejected {
             job_id,
             epoch,
@@ -681,14 +812,32 @@ fn log_chain_event(e: &ChainEvent, block: u64) {
             provider,
             slashed,
             ..
-        } => {
-            tracing::warn!(target: "gpuchain::event", event = "chain_rejected", block, job_id = %job_id, epoch, step, provider = %provider, slashed = %slashed, "checkpoint rejected")
-        }
-        ChainEvent::JobCompleted { job_id, refund } => {
-            tracing::info!(target: "gpuchain::event", event = "chain_completed", block, job_id = %job_id, refund = %refund, "job completed")
-        }
-        ChainEvent::JobExpired { job_id, refund } => {
-            tracing::info!(target: "gpuchain::event", event = "chain_expired", block, job_id = %job_id, refund = %refund, "job expired")
-        }
+        } => crate::events::emit(
+            NodeEvent::ChainRejected {
+                block,
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+                step: *step,
+                provider: provider.to_string(),
+                slashed: slashed.to_string(),
+            },
+            "checkpoint rejected",
+        ),
+        ChainEvent::JobCompleted { job_id, refund } => crate::events::emit(
+            NodeEvent::ChainCompleted {
+                block,
+                job_id: job_id.to_string(),
+                refund: refund.to_string(),
+            },
+            "job completed",
+        ),
+        ChainEvent::JobExpired { job_id, refund } => crate::events::emit(
+            NodeEvent::ChainExpired {
+                block,
+                job_id: job_id.to_string(),
+                refund: refund.to_string(),
+            },
+            "job expired",
+        ),
     }
 }

@@ -13,6 +13,7 @@ use gpuchain_trainer::{Job, Trainer, TrainerOptions, cheat};
 
 use super::jobs::{fetch_bytes, from_iroh};
 use super::{Ctx, Fault};
+use crate::events::NodeEvent;
 
 #[derive(Debug, Clone)]
 pub struct Start {
@@ -48,7 +49,14 @@ impl Trainers {
             let (job_id, epoch) = (start.job_id, start.epoch);
             if let Err(e) = run(ctx.clone(), start, cancel).await {
                 let reason = format!("{e:#}");
-                tracing::error!(target: "gpuchain::event", event = "training_failed", job_id = %job_id, epoch, error = %reason, "training failed");
+                crate::events::emit(
+                    NodeEvent::TrainingFailed {
+                        job_id: job_id.to_string(),
+                        epoch,
+                        error: reason.to_string(),
+                    },
+                    "training failed",
+                );
                 ctx.input(Input::TrainingFailed {
                     job_id,
                     epoch,
@@ -98,7 +106,16 @@ async fn run(ctx: Ctx, start: Start, cancel: Arc<AtomicBool>) -> Result<()> {
     } else {
         Some(fetch_bytes(&ctx.handle, start.from_checkpoint).await?)
     };
-    tracing::info!(target: "gpuchain::event", event = "training_started", job_id = %start.job_id, epoch = start.epoch, from_step = start.from_step, from_checkpoint = %start.from_checkpoint, fault = ?start.fault, "training started");
+    crate::events::emit(
+        NodeEvent::TrainingStarted {
+            job_id: start.job_id.to_string(),
+            epoch: start.epoch,
+            from_step: start.from_step,
+            from_checkpoint: start.from_checkpoint.to_string(),
+            fault: format!("{:?}", start.fault).into(),
+        },
+        "training started",
+    );
     let rt = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || train_loop(&rt, &ctx, &start, &spec, job, resume, &cancel))
         .await
@@ -146,7 +163,15 @@ fn train_loop(
         let report = trainer.step()?;
         if first {
             first = false;
-            tracing::info!(target: "gpuchain::event", event = "first_step", job_id = %s.job_id, epoch = s.epoch, step = report.step, loss = report.loss, "training: first step of the epoch done");
+            crate::events::emit(
+                NodeEvent::FirstStep {
+                    job_id: s.job_id.to_string(),
+                    epoch: s.epoch,
+                    step: report.step,
+                    loss: report.loss,
+                },
+                "training: first step of the epoch done",
+            );
         }
         rt.block_on(ctx.input(Input::StepDone {
             job_id: s.job_id,
@@ -204,6 +229,13 @@ fn train_loop(
             let _ = rt.block_on(blobs.untag_prefix(&format!("{prefix}{old}/")));
         }
     }
-    tracing::info!(target: "gpuchain::event", event = "training_done", job_id = %s.job_id, epoch = s.epoch, step = trainer.step_count(), "training reached the job's last step");
+    crate::events::emit(
+        NodeEvent::TrainingDone {
+            job_id: s.job_id.to_string(),
+            epoch: s.epoch,
+            step: trainer.step_count(),
+        },
+        "training reached the job's last step",
+    );
     Ok(())
 }

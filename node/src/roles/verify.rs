@@ -15,6 +15,7 @@ use gpuchain_trainer::{Checkpoint, StateHash, quality_test, spot_check_preimage}
 
 use super::Ctx;
 use super::jobs::{fetch_bytes, to_iroh};
+use crate::events::NodeEvent;
 
 /// Announces remembered for the commitment check; older ones are long decided.
 const MAX_COMMITMENTS: usize = 4096;
@@ -73,9 +74,21 @@ pub async fn fetch_for_machine(ctx: Ctx, hash: Hash, from: Option<Address>) {
         }
     }
     if ok {
-        tracing::info!(target: "gpuchain::event", event = "blob_fetched", hash = %hash, elapsed_ms = started.elapsed().as_millis() as u64, "blob fetched");
+        crate::events::emit(
+            NodeEvent::BlobFetched {
+                hash: hash.to_string(),
+                elapsed_ms: started.elapsed().as_millis() as u64,
+            },
+            "blob fetched",
+        );
     } else {
-        tracing::warn!(target: "gpuchain::event", event = "blob_fetch_failed", hash = %hash, error = %last_error, "blob fetch failed");
+        crate::events::emit(
+            NodeEvent::BlobFetchFailed {
+                hash: hash.to_string(),
+                error: last_error.to_string(),
+            },
+            "blob fetch failed",
+        );
     }
     ctx.input(Input::BlobFetched { hash, ok }).await;
 }
@@ -116,7 +129,14 @@ pub async fn quality(ctx: Ctx, q: QualityJob) {
     let report = match run_quality(&ctx, &q).await {
         Ok(r) => r,
         Err(e) => {
-            tracing::warn!(target: "gpuchain::event", event = "quality_error", job_id = %q.job_id, step = q.step, error = %format!("{e:#}"), "quality test could not run; voting reject");
+            crate::events::emit(
+                NodeEvent::QualityError {
+                    job_id: q.job_id.to_string(),
+                    step: q.step,
+                    error: format!("{e:#}"),
+                },
+                "quality test could not run; voting reject",
+            );
             QualityReport {
                 pass: false,
                 accuracy: f64::NAN,
@@ -193,7 +213,20 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
     })
     .await
     .map_err(|e| anyhow!("the quality test thread died: {e}"))??;
-    tracing::info!(target: "gpuchain::event", event = "quality_test", job_id = %q.job_id, epoch = q.epoch, step = q.step, checkpoint = %q.checkpoint_hash, pass = report.pass, accuracy = report.accuracy, loss = report.loss, previous_accuracy = prev_acc, reasons = %detail, "quality test");
+    crate::events::emit(
+        NodeEvent::QualityTest {
+            job_id: q.job_id.to_string(),
+            epoch: q.epoch,
+            step: q.step,
+            checkpoint: q.checkpoint_hash.to_string(),
+            pass: report.pass,
+            accuracy: report.accuracy,
+            loss: report.loss,
+            previous_accuracy: prev_acc,
+            reasons: detail.to_string(),
+        },
+        "quality test",
+    );
     Ok(report)
 }
 
@@ -210,7 +243,14 @@ pub async fn spot(ctx: Ctx, s: SpotJob) {
     let pass = match run_spot(&ctx, &s).await {
         Ok(p) => p,
         Err(e) => {
-            tracing::warn!(target: "gpuchain::event", event = "spot_check_error", job_id = %s.job_id, step = s.step, error = %format!("{e:#}"), "spot check could not run; voting reject");
+            crate::events::emit(
+                NodeEvent::SpotCheckError {
+                    job_id: s.job_id.to_string(),
+                    step: s.step,
+                    error: format!("{e:#}"),
+                },
+                "spot check could not run; voting reject",
+            );
             false
         }
     };
@@ -233,7 +273,17 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
     let meta = match meta {
         Ok(c) => c.meta,
         Err(e) => {
-            tracing::info!(target: "gpuchain::event", event = "spot_check", job_id = %s.job_id, step = s.step, pass = false, detail = %format!("unreadable checkpoint: {e}"), "spot check");
+            crate::events::emit(
+                NodeEvent::SpotCheck {
+                    job_id: s.job_id.to_string(),
+                    step: s.step,
+                    pass: false,
+                    checked_step: None,
+                    checked: None,
+                    detail: format!("unreadable checkpoint: {e}"),
+                },
+                "spot check",
+            );
             return Ok(false);
         }
     };
@@ -244,7 +294,17 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
             .fetch_hash(to_iroh(st.before), peers.clone())
             .await
         {
-            tracing::info!(target: "gpuchain::event", event = "spot_check", job_id = %s.job_id, step = s.step, checked_step = st.step, pass = false, detail = %format!("state not served: {e:#}"), "spot check");
+            crate::events::emit(
+                NodeEvent::SpotCheck {
+                    job_id: s.job_id.to_string(),
+                    step: s.step,
+                    checked_step: Some(st.step),
+                    checked: None,
+                    pass: false,
+                    detail: format!("state not served: {e:#}"),
+                },
+                "spot check",
+            );
             return Ok(false);
         }
         let before = ctx.handle.blobs().read(to_iroh(st.before)).await?;
@@ -261,10 +321,30 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
         .await
         .map_err(|e| anyhow!("spot check thread died: {e}"))??;
         if !r.matched {
-            tracing::info!(target: "gpuchain::event", event = "spot_check", job_id = %s.job_id, step = s.step, checked_step = st.step, pass = false, detail = %r.detail, "spot check");
+            crate::events::emit(
+                NodeEvent::SpotCheck {
+                    job_id: s.job_id.to_string(),
+                    step: s.step,
+                    checked_step: Some(st.step),
+                    checked: None,
+                    pass: false,
+                    detail: r.detail.to_string(),
+                },
+                "spot check",
+            );
             return Ok(false);
         }
     }
-    tracing::info!(target: "gpuchain::event", event = "spot_check", job_id = %s.job_id, step = s.step, checked = s.steps.len(), pass = true, "spot check");
+    crate::events::emit(
+        NodeEvent::SpotCheck {
+            job_id: s.job_id.to_string(),
+            step: s.step,
+            checked: Some(s.steps.len()),
+            checked_step: None,
+            detail: String::new(),
+            pass: true,
+        },
+        "spot check",
+    );
     Ok(true)
 }

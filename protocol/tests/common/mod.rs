@@ -3,14 +3,19 @@
 
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
 use gpuchain_protocol::eip712::EscrowDomain;
+use gpuchain_protocol::escrow::{Call, Escrow};
 use gpuchain_protocol::messages::state_root;
-use gpuchain_protocol::signing::{Sig65, SigningKey};
+use gpuchain_protocol::signing::{Scheme, Sig65, SigningKey};
 use gpuchain_protocol::spec::JobSpec;
 use gpuchain_protocol::wire::*;
 use gpuchain_protocol::{Address, Hash, Input, Notice, Output, StateMachine, Time, U256};
 
 pub const BLOCK_TIME: u64 = 1_000_000;
 pub const MAX_PRICE: u64 = 5000;
+
+/// The demo job's token (also the stake token), and the stake each provider bonds.
+pub const TOKEN: Address = Address::repeat_byte(0x5d);
+pub const MIN_STAKE: u64 = 100_000;
 
 pub fn domain() -> EscrowDomain {
     EscrowDomain {
@@ -57,6 +62,31 @@ pub fn keys() -> Keys {
     }
 }
 
+/// The escrow model deployed at [`domain`]: the client funded for the demo job, providers
+/// A, P and B each bonded `MIN_STAKE` (so each can be assigned and slashed once).
+pub fn escrow(k: &Keys) -> Escrow {
+    let mut e = Escrow::new(
+        domain(),
+        Scheme::Secp256k1,
+        TOKEN,
+        U256::from(MIN_STAKE),
+        86_400,
+    )
+    .expect("a token and a minimum stake");
+    for key in [&k.client, &k.a, &k.p, &k.b] {
+        e.mint(TOKEN, key.address(), U256::from(5_000_000u64));
+        e.approve(TOKEN, key.address(), domain().escrow, U256::MAX);
+    }
+    for key in [&k.a, &k.p, &k.b] {
+        let stake = Call::Register {
+            amount: U256::from(MIN_STAKE),
+        };
+        e.apply(&stake, key.address(), BLOCK_TIME)
+            .expect("a funded provider can stake");
+    }
+    e
+}
+
 pub fn gpu(memory_gib: u64) -> Hardware {
     Hardware {
         device: DeviceKind::Cuda,
@@ -69,7 +99,7 @@ pub fn job_created(k: &Keys) -> ChainEvent {
     ChainEvent::JobCreated {
         job_id: job(),
         client: k.client.address(),
-        token: Address::repeat_byte(0x5d),
+        token: TOKEN,
         budget: U256::from(5_000_000u64),
         max_price_per_step: U256::from(MAX_PRICE),
         total_steps: spec.total_steps,

@@ -3,23 +3,30 @@ use std::time::{Duration, Instant};
 
 use alloy::consensus::TxEnvelope;
 use alloy::eips::BlockId;
+use alloy::eips::BlockNumberOrTag;
 use alloy::eips::eip2718::Encodable2718;
 use alloy::network::{Ethereum, EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
 use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::providers::Provider;
-use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
+use alloy::rpc::types::simulate::{SimBlock, SimulatePayload};
+use alloy::rpc::types::{BlockOverrides, Filter, TransactionReceipt, TransactionRequest};
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::{SolCall, SolEvent};
 use alloy::transports::RpcError;
 use alloy::transports::TransportError;
+use gpuchain_protocol::chain::ChainEvent;
 use gpuchain_protocol::chain::ChainTx;
 use gpuchain_protocol::eip712::EscrowDomain;
 use gpuchain_protocol::types::JobId;
 use tokio::sync::Mutex;
 
+use super::create_job::{
+    CreateJobTerms, TEST_USDC_DECIMALS, check_create_job, decode_revert_in_tokens,
+};
 use super::error::ChainError;
-use super::revert::decode_revert;
+use super::revert::{RevertReason, decode_revert};
 use super::rpc::{RetryPolicy, Rpc};
+use super::summary::{JobMoney, summarize};
 use crate::{JobEscrow, TestUSDC};
 
 /// Where and how to talk to the chain.
@@ -305,9 +312,15 @@ impl ChainClient {
 
     /// Executes one of the protocol's transactions and waits for it to be mined.
     /// `CreateJob` first approves the budget when the allowance falls short.
+    ///
+    /// Nothing is sent for a `CreateJob` the escrow would refuse: every precondition is
+    /// checked first ([`Self::preflight_create_job`]: the Rust mirror of the contract's
+    /// checks, then a simulation of approve + createJob), and the approval is for exactly
+    /// the budget.
     pub async fn submit(&self, tx: &ChainTx) -> Result<TxOutcome, ChainError> {
         if let ChainTx::CreateJob { token, budget, .. } = tx {
             let _guard = self.inner.allowance.lock().await;
+            self.preflight_create_job(tx).await?;
             let approve_fee = self.ensure_allowance(*token, *budget).await?;
             let (call, data) = encode(tx);
             let mut outcome = self.transact(call, self.inner.escrow, data).await?;
@@ -585,6 +598,21 @@ impl ChainClient {
             .await
     }
 
+    /// What `owner` has allowed the escrow to take of the configured token.
+    pub async fn allowance(&self, owner: Address) -> Result<U256, ChainError> {
+        self.inner
+            .rpc
+            .view(
+                "allowance",
+                self.inner.token,
+                TestUSDC::allowanceCall {
+                    owner,
+                    spender: self.inner.escrow,
+                },
+            )
+            .await
+    }
+
     /// `account`'s ETH balance in wei.
     pub async fn eth_balance(&self, account: Address) -> Result<U256, ChainError> {
         self.inner
@@ -614,6 +642,201 @@ impl ChainClient {
                 detail: format!("latest block {number} not found"),
             }),
         }
+    }
+
+    /// The decimals of `token` (its ERC-20 `decimals()`), for messages; test USDC's 6 when
+    /// the token does not say.
+    pub async fn token_decimals(&self, token: Address) -> u8 {
+        self.inner
+            .rpc
+            .view("decimals", token, TestUSDC::decimalsCall {})
+            .await
+            .unwrap_or(TEST_USDC_DECIMALS)
+    }
+
+    /// Checks a `CreateJob` without sending anything: first every precondition of the
+    /// contract ([`check_create_job`], against the chain's block time), then the calls
+    /// themselves, simulated on the latest state from this client's address. When the
+    /// allowance does not cover the budget yet, `eth_simulateV1` runs `approve(budget)` and
+    /// `createJob` in sequence in one simulated block, so the pull of the budget, the token
+    /// balance and every contract check are exercised with the approval in effect, and
+    /// nothing is signed. With the allowance already in place a plain `eth_call` of
+    /// `createJob` does the same. A revert comes back as [`ChainError::Reverted`] with
+    /// `tx: None` and its amounts in tokens.
+    ///
+    /// An RPC without `eth_simulateV1` (it is recent; anvil has it since 1.x) falls back to
+    /// the Rust checks alone, with a warning: `eth_call` with a state override of the
+    /// allowance slot would need the token's storage layout, which a generic ERC-20 does
+    /// not promise.
+    pub async fn preflight_create_job(&self, tx: &ChainTx) -> Result<(), ChainError> {
+        let ChainTx::CreateJob {
+            token,
+            budget,
+            max_price_per_step,
+            total_steps,
+            checkpoint_interval,
+            verifiers,
+            quorum,
+            deadline,
+            ..
+        } = tx
+        else {
+            return Ok(());
+        };
+        let decimals = self.token_decimals(*token).await;
+        let now = self.block_time().await?;
+        check_create_job(&CreateJobTerms {
+            token: Some(*token),
+            budget: *budget,
+            max_price_per_step: *max_price_per_step,
+            total_steps: *total_steps,
+            checkpoint_interval: *checkpoint_interval,
+            verifiers: verifiers.clone(),
+            quorum: *quorum,
+            deadline: *deadline,
+            now,
+            decimals,
+        })?;
+
+        let rpc = &self.inner.rpc;
+        let from = self.inner.address;
+        let escrow = self.inner.escrow;
+        let (_, data) = encode(tx);
+        let create = TransactionRequest::default()
+            .from(from)
+            .to(escrow)
+            .input(Bytes::from(data).into());
+        let allowance = rpc
+            .view(
+                "allowance",
+                *token,
+                TestUSDC::allowanceCall {
+                    owner: from,
+                    spender: escrow,
+                },
+            )
+            .await?;
+        if allowance >= *budget {
+            return match rpc
+                .raw(|| rpc.provider.call(create.clone()).block(BlockId::latest()))
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(RpcError::ErrorResp(p)) if p.as_revert_data().is_some() => {
+                    Err(ChainError::Reverted {
+                        call: "createJob",
+                        reason: decode_revert_in_tokens(
+                            &p.as_revert_data().unwrap_or_default(),
+                            decimals,
+                        ),
+                        tx: None,
+                    })
+                }
+                Err(e) => Err(rpc.error("createJob", e)),
+            };
+        }
+        let approve = TransactionRequest::default().from(from).to(*token).input(
+            Bytes::from(
+                TestUSDC::approveCall {
+                    spender: escrow,
+                    value: *budget,
+                }
+                .abi_encode(),
+            )
+            .into(),
+        );
+        // anvil simulates on the latest block's own timestamp; the real block comes later,
+        // so simulate at least one second on (the deadline check is `deadline > now`).
+        let overrides = BlockOverrides {
+            time: Some(now.saturating_add(1)),
+            ..Default::default()
+        };
+        let payload = SimulatePayload::default().extend(
+            SimBlock::default()
+                .with_block_overrides(overrides)
+                .call(approve)
+                .call(create),
+        );
+        let blocks = match rpc.raw(|| rpc.provider.simulate(&payload).latest()).await {
+            Ok(blocks) => blocks,
+            Err(RpcError::ErrorResp(p)) if p.code == -32601 || p.code == -32602 => {
+                tracing::warn!(url = %rpc.url, error = %p.message, "the RPC cannot simulate (eth_simulateV1); createJob was checked by the escrow's rules only");
+                return Ok(());
+            }
+            Err(e) => return Err(rpc.error("eth_simulateV1", e)),
+        };
+        let calls = blocks
+            .first()
+            .map(|b| b.calls.as_slice())
+            .unwrap_or_default();
+        if calls.len() != 2 {
+            return Err(ChainError::Unexpected {
+                url: rpc.url.clone(),
+                detail: format!(
+                    "eth_simulateV1 returned {} call results for approve + createJob",
+                    calls.len()
+                ),
+            });
+        }
+        for (call, result) in ["approve", "createJob"].into_iter().zip(calls) {
+            if !result.status {
+                // Geth puts the revert data in `error.data`; anvil leaves that empty and
+                // returns it as the call's `returnData`.
+                let data = result
+                    .error
+                    .as_ref()
+                    .and_then(|e| e.data.clone())
+                    .filter(|d| !d.is_empty())
+                    .unwrap_or_else(|| result.return_data.clone());
+                let reason = match (&result.error, data.is_empty()) {
+                    (_, false) => decode_revert_in_tokens(&data, decimals),
+                    (Some(e), true) => RevertReason::Message(e.message.clone()),
+                    (None, true) => RevertReason::Message("reverted without data".into()),
+                };
+                return Err(ChainError::Reverted {
+                    call,
+                    reason,
+                    tx: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Where job `job_id`'s money went, summed from the escrow's events for it from
+    /// `from_block` on (the job's creation block or earlier; 0 reads the whole chain).
+    pub async fn job_money(&self, job_id: JobId, from_block: u64) -> Result<JobMoney, ChainError> {
+        let rpc = &self.inner.rpc;
+        // Every job event of the escrow has the job id as its first indexed argument.
+        let filter = Filter::new()
+            .address(self.inner.escrow)
+            .topic1(B256::from(job_id))
+            .from_block(from_block)
+            .to_block(BlockNumberOrTag::Latest);
+        let logs = rpc
+            .call("eth_getLogs", || rpc.provider.get_logs(&filter))
+            .await?;
+        let mut events: Vec<(u64, u64, ChainEvent)> = logs
+            .iter()
+            .filter(|l| !l.removed && l.address() == self.inner.escrow)
+            .filter_map(|l| {
+                Some((
+                    l.block_number?,
+                    l.log_index?,
+                    super::follower::decode_event(&l.inner)?,
+                ))
+            })
+            .collect();
+        events.sort_by_key(|(b, i, _)| (*b, *i));
+        summarize(job_id, events.iter().map(|(b, _, e)| (*b, e))).ok_or_else(|| {
+            ChainError::Unexpected {
+                url: rpc.url.clone(),
+                detail: format!(
+                    "no JobCreated event for job {job_id} from block {from_block} on; is the \
+                     job id right, and was it created after that block?"
+                ),
+            }
+        })
     }
 
     // ---------------------------------------------------------------------- helpers

@@ -49,6 +49,10 @@ pub enum ChainError {
         reason: RevertReason,
         tx: Option<B256>,
     },
+    /// `createJob` was not sent: the escrow would refuse these terms (nothing was sent,
+    /// no approval either).
+    #[error("createJob not sent: {0}")]
+    CreateJobRefused(Box<super::create_job::CreateJobProblem>),
     /// The transaction was sent but no receipt came in time. It may still be mined; the next
     /// transaction re-reads the account's nonce in case it was dropped.
     #[error("{call}: transaction {hash} has no receipt after {waited:?}; it may have been dropped")]
@@ -81,6 +85,12 @@ pub enum ChainError {
         path.display()
     )]
     Cursor { path: PathBuf, detail: String },
+}
+
+impl From<super::create_job::CreateJobProblem> for ChainError {
+    fn from(p: super::create_job::CreateJobProblem) -> Self {
+        ChainError::CreateJobRefused(Box::new(p))
+    }
 }
 
 impl ChainError {

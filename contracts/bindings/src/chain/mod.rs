@@ -65,16 +65,23 @@
 //! ```
 
 mod client;
+mod create_job;
 mod error;
 mod follower;
 mod revert;
 mod rpc;
+mod summary;
 
 pub use client::{ChainClient, ChainConfig, PendingTx, StakeInfo, TxOutcome};
+pub use create_job::{
+    AmountError, CreateJobProblem, CreateJobTerms, MAX_VERIFIERS, TEST_USDC_DECIMALS, Tokens,
+    check_create_job, decode_revert_in_tokens, format_tokens, parse_tokens,
+};
 pub use error::ChainError;
 pub use follower::{Batch, EventFollower, FollowedEvent, FollowerConfig, decode_event};
 pub use revert::{RevertReason, decode_revert};
 pub use rpc::RetryPolicy;
+pub use summary::{JobMoney, STATUS_NAMES, status_name, summarize};
 
 #[doc(no_inline)]
 pub use gpuchain_protocol::chain::{ChainEvent, ChainTx};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::common::command;
 
 /// Runs the binary to completion (killing it after `timeout`) and returns its output.
-fn run(mut cmd: Command, timeout: Duration) -> Output {
+pub(crate) fn run(mut cmd: Command, timeout: Duration) -> Output {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -42,7 +42,7 @@ fn node_cmd(dir: &std::path::Path) -> Command {
     c
 }
 
-fn assert_fails_with(out: &Output, needles: &[&str]) {
+pub(crate) fn assert_fails_with(out: &Output, needles: &[&str]) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),

@@ -2,10 +2,10 @@
 //! their control API. Every child is killed (and reaped) on drop, so no test leaves a
 //! process behind, even when it panics.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -33,6 +33,8 @@ pub struct Node {
     pub dir: PathBuf,
     pub log: PathBuf,
     pub api: SocketAddr,
+    /// The node's API with its token (of the latest run).
+    pub client: Option<gpuchain_api::ApiClient>,
     pub peer_id: String,
     pub tcp_addr: String,
     extra: Vec<String>,
@@ -53,6 +55,7 @@ impl Node {
             dir: dir.to_path_buf(),
             log: dir.with_extension("log"),
             api: "127.0.0.1:0".parse().expect("addr"),
+            client: None,
             peer_id: String::new(),
             tcp_addr: String::new(),
             extra: args,
@@ -86,10 +89,11 @@ impl Node {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(s) = std::fs::read_to_string(&api_file)
-                && let Ok(a) = s.trim().parse()
+            if api_file.exists()
+                && let Ok(c) = gpuchain_api::ApiClient::for_data_dir(&self.dir)
             {
-                self.api = a;
+                self.api = c.addr();
+                self.client = Some(c.with_timeout(Duration::from_secs(300)));
                 break;
             }
             if let Some(status) = self.try_wait() {
@@ -187,13 +191,28 @@ impl Node {
     }
 
     pub fn get(&self, path: &str) -> Value {
-        let (code, v) = http(self.api, "GET", path, None);
+        let (code, v) = self.request("GET", path, None, &[]);
         assert_eq!(code, 200, "{} GET {path}: {v}", self.name);
         v
     }
 
     pub fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        http(self.api, "POST", path, Some(body))
+        self.request("POST", path, Some(body), &[])
+    }
+
+    /// Any request, with extra headers (they replace the token's when they name it); the
+    /// status and body whatever the status.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let client = self.client.as_ref().expect("node started");
+        let r = block_on(client.send(method, path, body.as_ref(), headers))
+            .unwrap_or_else(|e| panic!("{} {method} {path}: {e}", self.name));
+        (r.status, r.body)
     }
 
     pub fn post_ok(&self, path: &str, body: Value) -> Value {
@@ -245,49 +264,29 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Minimal HTTP/1.1 client (one request per connection) so tests need no HTTP library.
-pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut s = TcpStream::connect(addr).expect("connect to control API");
-    s.set_read_timeout(Some(Duration::from_secs(300)))
-        .expect("timeout");
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).expect("send request");
-    let mut resp = Vec::new();
-    s.read_to_end(&mut resp).expect("read response");
-    let text = String::from_utf8_lossy(&resp);
-    let (head, body) = text.split_once("\r\n\r\n").expect("http response");
-    let code: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status code");
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    let v = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    (code, v)
+/// Runs an API call to completion from synchronous test code, also when that code is
+/// itself inside an async test (where blocking the runtime's own thread would panic).
+pub fn block_on<F: std::future::Future + Send>(f: F) -> F::Output
+where
+    F::Output: Send,
+{
+    std::thread::scope(|s| {
+        s.spawn(|| runtime().block_on(f))
+            .join()
+            .expect("API call thread")
+    })
 }
 
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
+/// One runtime for the synchronous tests' API calls (the API client is async).
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("test runtime")
+    })
 }
 
 /// Writes `len` pseudo-random bytes (xorshift, seeded) to `path`.

@@ -15,11 +15,14 @@ fn blob_survives_its_provider() {
     let mut a = Node::start("A", &root.path().join("a"), Some(&b.tcp_addr), &[]);
     let c = Node::start("C", &root.path().join("c"), Some(&b.tcp_addr), &[]);
 
-    let file = root.path().join("checkpoint.bin");
+    let file = a.dir.join("import").join("checkpoint.bin");
     random_file(&file, SIZE, 0x5eed);
     let expected = blake3::hash(&std::fs::read(&file).expect("read"));
 
-    let added = a.post_ok("/v1/blobs", json!({ "path": file }));
+    let added = a.post_ok(
+        "/v1/blobs",
+        json!({ "path": "checkpoint.bin", "share": true }),
+    );
     let hash = added["hash"].as_str().expect("hash").to_string();
     // iroh-blobs' hash is plain BLAKE3 of the content: what the chain will name.
     assert_eq!(hash, expected.to_hex().as_str());
@@ -51,8 +54,11 @@ fn blob_survives_its_provider() {
     wait_until("C hears B's hello", Duration::from_secs(30), || {
         c.knows_blobs_of(&b.peer_id)
     });
-    let out = root.path().join("from-b.bin");
-    let fetched = c.post_ok("/v1/blobs/fetch", json!({ "hash": hash, "export": out }));
+    let fetched = c.post_ok(
+        "/v1/blobs/fetch",
+        json!({ "hash": hash, "export": "from-b.bin" }),
+    );
+    let out = c.dir.join("export").join("from-b.bin");
     assert_eq!(fetched["size"].as_u64(), Some(SIZE as u64));
     let got = std::fs::read(&out).expect("exported file");
     assert_eq!(got.len(), SIZE);

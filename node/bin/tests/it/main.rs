@@ -7,3 +7,4 @@ mod blobs;
 mod common;
 mod garbage_peer;
 mod mesh;
+mod security;

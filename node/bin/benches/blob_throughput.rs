@@ -57,11 +57,11 @@ fn main() {
     let root = tempfile::tempdir().expect("tmp");
     let a = Node::start("A", &root.path().join("a"), None, &[]);
     let b = Node::start("B", &root.path().join("b"), Some(&a.tcp_addr), &[]);
-    let file = root.path().join("blob.bin");
+    let file = a.dir.join("import").join("blob.bin");
     random_file(&file, bytes, 42);
 
     let t = Instant::now();
-    let added = a.post_ok("/v1/blobs", json!({ "path": file }));
+    let added = a.post_ok("/v1/blobs", json!({ "path": "blob.bin", "share": true }));
     let import = t.elapsed();
     let hash = added["hash"].as_str().expect("hash").to_string();
     wait_until("B hears A", Duration::from_secs(60), || {

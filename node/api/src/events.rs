@@ -1,0 +1,448 @@
+//! The node's machine-readable events, typed once for the writer (the node's log) and every
+//! reader (the testnet harness, the run record, the tests, the dashboard). A node writes each
+//! as one log line with target [`EVENT_TARGET`], the event's name in `event` and the whole
+//! event as JSON in `data`; readers parse `data` back into a [`NodeEvent`], so a renamed or
+//! retyped field is a compile error on both sides instead of a silently missed match.
+//!
+//! Ids, hashes, addresses and token amounts travel as the strings the node prints (decimal
+//! job ids and base units, 0x-hex hashes and addresses), which keeps this crate free of the
+//! protocol's types and every reader free to parse only what it uses.
+
+use serde::{Deserialize, Serialize};
+
+/// The tracing target of the node's machine-readable events.
+pub const EVENT_TARGET: &str = "gpuchain::event";
+/// The log field holding the event as JSON.
+pub const DATA_FIELD: &str = "data";
+
+/// How loud an event is in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+pub enum NodeEvent {
+    // --- startup and shutdown
+    Started {
+        peer_id: String,
+        eth_address: String,
+        blob_endpoint: String,
+        roles: Vec<String>,
+    },
+    ChainConnected {
+        chain_id: u64,
+        escrow: String,
+        token: String,
+        replayed_events: usize,
+    },
+    FaultEnabled {
+        fault: String,
+    },
+    ApiListening {
+        addr: String,
+        token_file: String,
+    },
+    Listening {
+        addr: String,
+    },
+    Bootstrapped {
+        peer: String,
+    },
+    Signal,
+    Shutdown,
+    RolesFailed {
+        error: String,
+    },
+
+    // --- the swarm
+    Connected {
+        peer: String,
+    },
+    Disconnected {
+        peer: String,
+    },
+    Hello {
+        peer: String,
+    },
+    GossipIgnored {
+        peer: String,
+        topic: String,
+        reason: String,
+    },
+    GossipRejected {
+        peer: String,
+        topic: String,
+        reason: String,
+    },
+    RolesQueueFull {
+        error: String,
+    },
+    VerdictDropped {
+        error: String,
+    },
+    ApiRefused {
+        status: u16,
+        reason: String,
+    },
+
+    // --- the chain as followed
+    ChainJobCreated {
+        block: u64,
+        job_id: String,
+        client: String,
+        budget: String,
+    },
+    ChainAssigned {
+        block: u64,
+        job_id: String,
+        epoch: u64,
+        provider: String,
+        price_per_step: String,
+        start_step: u64,
+    },
+    ChainEpochEnded {
+        block: u64,
+        job_id: String,
+        epoch: u64,
+        reason: String,
+    },
+    ChainAccepted {
+        block: u64,
+        job_id: String,
+        epoch: u64,
+        step: u64,
+        provider: String,
+        amount: String,
+    },
+    ChainRejected {
+        block: u64,
+        job_id: String,
+        epoch: u64,
+        step: u64,
+        provider: String,
+        slashed: String,
+    },
+    ChainCompleted {
+        block: u64,
+        job_id: String,
+        refund: String,
+    },
+    ChainExpired {
+        block: u64,
+        job_id: String,
+        refund: String,
+    },
+    ChainPollFailed {
+        error: String,
+    },
+    CursorReset,
+    CursorNotSaved {
+        error: String,
+    },
+    SpecNotSaved {
+        dir: String,
+        error: String,
+    },
+    TxMined {
+        call: String,
+        tx_hash: String,
+        block: u64,
+        gas_used: u64,
+    },
+    TxFailed {
+        tx: u64,
+        reason: String,
+    },
+
+    // --- what the machines did
+    OfferPublished {
+        job_id: String,
+        next_epoch: u64,
+    },
+    BidPublished {
+        job_id: String,
+        epoch: u64,
+        price_per_step: String,
+    },
+    ProviderSelected {
+        job_id: String,
+        epoch: u64,
+        provider: String,
+        price_per_step: String,
+    },
+    ProviderLost {
+        job_id: String,
+        epoch: u64,
+        provider: String,
+        silent_for_ms: u64,
+    },
+    NoUsableBids {
+        job_id: String,
+        epoch: u64,
+    },
+    Heartbeat {
+        job_id: String,
+        epoch: u64,
+        provider: String,
+        seq: u64,
+        step: u64,
+        loss: f32,
+    },
+    CheckpointAnnounced {
+        job_id: String,
+        epoch: u64,
+        step: u64,
+        parent_step: u64,
+        checkpoint: String,
+    },
+    VotePublished {
+        job_id: String,
+        epoch: u64,
+        step: u64,
+        accept: bool,
+        checkpoint: String,
+    },
+    Voted {
+        job_id: String,
+        epoch: u64,
+        step: u64,
+        accept: bool,
+    },
+    Quorum {
+        job_id: String,
+        epoch: u64,
+        step: u64,
+        accept: bool,
+    },
+    Fenced {
+        job_id: String,
+        epoch: u64,
+    },
+    JobFinished {
+        job_id: String,
+    },
+    UnknownJob {
+        job_id: String,
+    },
+    TrainerInconsistent {
+        job_id: String,
+        epoch: u64,
+        step: u64,
+    },
+
+    // --- training (provider)
+    TrainingStarted {
+        job_id: String,
+        epoch: u64,
+        from_step: u64,
+        from_checkpoint: String,
+        fault: Option<String>,
+    },
+    FirstStep {
+        job_id: String,
+        epoch: u64,
+        step: u64,
+        loss: f32,
+    },
+    Step {
+        job_id: String,
+        epoch: u64,
+        step: u64,
+        loss: f32,
+    },
+    TrainingDone {
+        job_id: String,
+        epoch: u64,
+        step: u64,
+    },
+    TrainingFailed {
+        job_id: String,
+        epoch: u64,
+        error: String,
+    },
+
+    // --- verification (verifier)
+    BlobFetched {
+        hash: String,
+        elapsed_ms: u64,
+    },
+    BlobFetchFailed {
+        hash: String,
+        error: String,
+    },
+    QualityTest {
+        job_id: String,
+        epoch: u64,
+        step: u64,
+        checkpoint: String,
+        pass: bool,
+        accuracy: f64,
+        loss: f64,
+        previous_accuracy: Option<f64>,
+        reasons: String,
+    },
+    QualityError {
+        job_id: String,
+        step: u64,
+        error: String,
+    },
+    SpotCheck {
+        job_id: String,
+        step: u64,
+        pass: bool,
+        /// The replayed step that failed, when one did.
+        checked_step: Option<u64>,
+        /// How many steps were replayed, when all passed.
+        checked: Option<usize>,
+        detail: String,
+    },
+    SpotCheckError {
+        job_id: String,
+        step: u64,
+        error: String,
+    },
+}
+
+impl NodeEvent {
+    /// The `event` field and the `data` field of the event's log line: its variant's name in
+    /// snake_case, and the whole event as JSON (which carries the name too).
+    pub fn to_fields(&self) -> (String, String) {
+        match serde_json::to_value(self) {
+            Ok(v) => (
+                v["event"].as_str().unwrap_or_default().to_string(),
+                v.to_string(),
+            ),
+            // A derive-only enum of strings and numbers does not fail to serialise; say so
+            // loudly in the log if it ever does.
+            Err(e) => ("unserialisable".into(), format!("{{\"error\":\"{e}\"}}")),
+        }
+    }
+
+    pub fn level(&self) -> Level {
+        use NodeEvent::*;
+        match self {
+            Connected { .. } | Disconnected { .. } | Hello { .. } | GossipIgnored { .. } => {
+                Level::Debug
+            }
+            FaultEnabled { .. }
+            | GossipRejected { .. }
+            | RolesQueueFull { .. }
+            | VerdictDropped { .. }
+            | ApiRefused { .. }
+            | ChainRejected { .. }
+            | ChainPollFailed { .. }
+            | CursorReset
+            | ProviderLost { .. }
+            | Fenced { .. }
+            | TxFailed { .. }
+            | UnknownJob { .. }
+            | BlobFetchFailed { .. }
+            | QualityError { .. }
+            | SpotCheckError { .. } => Level::Warn,
+            RolesFailed { .. }
+            | CursorNotSaved { .. }
+            | SpecNotSaved { .. }
+            | TrainerInconsistent { .. }
+            | TrainingFailed { .. } => Level::Error,
+            _ => Level::Info,
+        }
+    }
+
+    /// The job an event is about, if any (decimal id).
+    pub fn job_id(&self) -> Option<&str> {
+        use NodeEvent::*;
+        match self {
+            ChainJobCreated { job_id, .. }
+            | ChainAssigned { job_id, .. }
+            | ChainEpochEnded { job_id, .. }
+            | ChainAccepted { job_id, .. }
+            | ChainRejected { job_id, .. }
+            | ChainCompleted { job_id, .. }
+            | ChainExpired { job_id, .. }
+            | OfferPublished { job_id, .. }
+            | BidPublished { job_id, .. }
+            | ProviderSelected { job_id, .. }
+            | ProviderLost { job_id, .. }
+            | NoUsableBids { job_id, .. }
+            | Heartbeat { job_id, .. }
+            | CheckpointAnnounced { job_id, .. }
+            | VotePublished { job_id, .. }
+            | Voted { job_id, .. }
+            | Quorum { job_id, .. }
+            | Fenced { job_id, .. }
+            | JobFinished { job_id }
+            | UnknownJob { job_id }
+            | TrainerInconsistent { job_id, .. }
+            | TrainingStarted { job_id, .. }
+            | FirstStep { job_id, .. }
+            | Step { job_id, .. }
+            | TrainingDone { job_id, .. }
+            | TrainingFailed { job_id, .. }
+            | QualityTest { job_id, .. }
+            | QualityError { job_id, .. }
+            | SpotCheck { job_id, .. }
+            | SpotCheckError { job_id, .. } => Some(job_id),
+            _ => None,
+        }
+    }
+
+    /// The event of one parsed JSON log line; `None` for any other line (another target,
+    /// an older node's line without `data`, a malformed one).
+    pub fn from_line(line: &serde_json::Value) -> Option<NodeEvent> {
+        if line.get("target").and_then(serde_json::Value::as_str) != Some(EVENT_TARGET) {
+            return None;
+        }
+        let data = line
+            .get(DATA_FIELD)
+            .or_else(|| line.get("fields").and_then(|f| f.get(DATA_FIELD)))?
+            .as_str()?;
+        serde_json::from_str(data).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_through_a_log_line() {
+        let evs = [
+            NodeEvent::ProviderLost {
+                job_id: "1".into(),
+                epoch: 2,
+                provider: "0xab".into(),
+                silent_for_ms: 75,
+            },
+            NodeEvent::Signal,
+            NodeEvent::SpotCheck {
+                job_id: "1".into(),
+                step: 10,
+                pass: true,
+                checked_step: None,
+                checked: Some(3),
+                detail: String::new(),
+            },
+        ];
+        for (ev, name) in evs
+            .into_iter()
+            .zip(["provider_lost", "signal", "spot_check"])
+        {
+            let (event, data) = ev.to_fields();
+            assert_eq!(event, name);
+            let line = serde_json::json!({ "target": EVENT_TARGET, "event": event, "data": data });
+            assert_eq!(NodeEvent::from_line(&line), Some(ev.clone()));
+            let nested = serde_json::json!({
+                "target": EVENT_TARGET,
+                "fields": { "event": event, "data": data },
+            });
+            assert_eq!(NodeEvent::from_line(&nested), Some(ev.clone()));
+            let other = serde_json::json!({ "target": "x", "data": data });
+            assert_eq!(NodeEvent::from_line(&other), None);
+        }
+    }
+}
