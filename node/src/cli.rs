@@ -1,10 +1,48 @@
-//! The node's own flags (`gpuchain node …`) and the log format. The binary crate
-//! (`node/bin`) composes these with the other subcommands.
+//! Every flag and value the node's command line takes: the node's own flags (`gpuchain node …`),
+//! the one-shot subcommands' arguments, the roles, the test faults and the log format. A leaf:
+//! it depends on no other module of this crate, so configuration and startup can use these
+//! types without reaching back into command-line code. The binary crate (`node/bin`) mounts
+//! them beside the other subcommands.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
+
+/// A part this node plays in the market.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Client,
+    Provider,
+    Verifier,
+}
+
+/// Provider faults for tests and the demo; never on unless asked for by flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// Announce a well-formed checkpoint of random weights.
+    Junk,
+    /// Announce the interval's starting state as the work of the whole interval.
+    Stale,
+    /// Announce a checkpoint with a NaN weight.
+    Nan,
+    /// Train on the batches of another seed's data order.
+    WrongOrder,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -27,7 +65,7 @@ pub struct NodeArgs {
         value_delimiter = ',',
         value_enum
     )]
-    pub roles: Vec<crate::config::Role>,
+    pub roles: Vec<Role>,
 
     /// Multiaddr of a peer to join the swarm through, e.g. `/ip4/10.0.0.5/tcp/4001` (a trailing
     /// `/p2p/<peer id>` is checked when given). Repeatable. Without one the node starts a new swarm.
@@ -121,7 +159,7 @@ pub struct NodeArgs {
     /// TESTING ONLY: make this provider cheat in the given way, to see it refused and
     /// slashed. Never set by default.
     #[arg(long, env = "GPUCHAIN_FAULT", value_enum, value_name = "KIND")]
-    pub fault: Option<crate::roles::Fault>,
+    pub fault: Option<Fault>,
 
     /// Chain id of the EIP-712 domain that bids and votes are signed for. With --rpc-url it
     /// is read from the chain (and must match when given). Default: 31337 (anvil).
@@ -137,4 +175,142 @@ pub struct NodeArgs {
     /// does not show in the process list.
     #[arg(long, env = "GPUCHAIN_KEYSTORE_PASSWORD_FILE", value_name = "FILE")]
     pub keystore_password_file: Option<PathBuf>,
+}
+
+// --- the one-shot subcommands (`job`, `provider`, `withdraw`), run by crate::commands
+
+#[derive(Debug, Args, Clone)]
+pub struct ChainArgs {
+    /// JSON-RPC URL of the chain holding the escrow.
+    #[arg(long, env = "GPUCHAIN_RPC_URL", value_name = "URL")]
+    pub rpc_url: String,
+    /// JobEscrow contract address.
+    #[arg(long, env = "GPUCHAIN_ESCROW", value_name = "ADDRESS")]
+    pub escrow: String,
+    /// Payment token. Default: the escrow's stake token.
+    #[arg(long, env = "GPUCHAIN_TOKEN", value_name = "ADDRESS")]
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct KeyArgs {
+    /// The node's data dir (its keystore signs).
+    #[arg(long, env = "GPUCHAIN_DATA_DIR", value_name = "DIR")]
+    pub data_dir: PathBuf,
+    /// File with the keystore password (or set GPUCHAIN_KEYSTORE_PASSWORD).
+    #[arg(long, env = "GPUCHAIN_KEYSTORE_PASSWORD_FILE", value_name = "FILE")]
+    pub keystore_password_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Submit a job through a running client node: approve, createJob, publish the job's
+    /// data as blobs, gossip the offer. Prints the job id.
+    Submit(Box<SubmitArgs>),
+    /// A job as the escrow records it (and as the client node sees it, when given one).
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The job file (TOML): model, steps, checkpoint interval, data, thresholds.
+    #[arg(long, value_name = "FILE")]
+    pub spec: PathBuf,
+    /// Most the job may spend, in tokens (e.g. `5` USDC); the rest is refunded.
+    // Negative numbers are taken as values so that they are refused as amounts, not as
+    // unknown flags.
+    #[arg(long, value_name = "AMOUNT", allow_negative_numbers = true)]
+    pub budget: String,
+    /// Highest price per step accepted from a provider, in tokens (e.g. `0.003`).
+    #[arg(long, value_name = "AMOUNT", allow_negative_numbers = true)]
+    pub max_price: String,
+    /// Verifier addresses, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true, value_name = "ADDRESS")]
+    pub verifiers: Vec<String>,
+    /// Votes needed to accept or reject a checkpoint.
+    #[arg(long)]
+    pub quorum: u8,
+    /// Seconds from now until the job's deadline.
+    #[arg(long, default_value_t = 3600, value_name = "SECS")]
+    pub deadline: u64,
+    /// Seconds after the deadline before anyone may expire the job and refund it.
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    pub grace: u64,
+    /// Accept verifier addresses that no peer of the node has announced as a verifier yet
+    /// (verifiers that will come online later). Without it such an address is refused: the
+    /// job would wait out its deadline with no one to vote.
+    #[arg(long)]
+    pub allow_unknown_verifiers: bool,
+    #[command(flatten)]
+    pub node: NodeRef,
+}
+
+/// Which running node to ask: its data dir (the API address and token are read from it) or
+/// the address and a token file.
+#[derive(Debug, Args, Clone)]
+pub struct NodeRef {
+    /// Data dir of the running node.
+    #[arg(long, env = "GPUCHAIN_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Control API address of the running node (overrides the one in --data-dir).
+    #[arg(long, value_name = "ADDR")]
+    pub api: Option<std::net::SocketAddr>,
+    /// File with the node's API token (default: `<data dir>/api.token`).
+    #[arg(long, env = "GPUCHAIN_API_TOKEN_FILE", value_name = "FILE")]
+    pub api_token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The job id `job submit` printed.
+    pub job_id: String,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Read the job's escrow events from this block on (its creation block or earlier;
+    /// RPCs that cap log ranges need it).
+    #[arg(long, default_value_t = 0, value_name = "BLOCK")]
+    pub from_block: u64,
+    /// Optionally, the client node, for its view (phase, last heartbeat step).
+    #[command(flatten)]
+    pub node: NodeRef,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProviderCommand {
+    /// Stake tokens so the escrow will assign jobs to this node's key.
+    Register(RegisterArgs),
+    /// This key's stake and withdrawable balance.
+    Status(ProviderStatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RegisterArgs {
+    /// Tokens to stake (e.g. `100`); at least the escrow's minimum stake in total.
+    #[arg(long, value_name = "AMOUNT")]
+    pub stake: String,
+    #[command(flatten)]
+    pub key: KeyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ProviderStatusArgs {
+    #[command(flatten)]
+    pub key: KeyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WithdrawArgs {
+    #[command(flatten)]
+    pub key: KeyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
 }

@@ -2,105 +2,22 @@
 //! `job submit` goes through a running client node (it must stay up to run the job); the
 //! others talk to the chain directly with the node's key.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::{Args, Subcommand};
 use gpuchain_contracts::chain::{
-    ChainClient, ChainConfig, CreateJobTerms, check_create_job, format_tokens, status_name,
+    ChainClient, CreateJobTerms, check_create_job, format_tokens, status_name,
 };
 use gpuchain_protocol::{Address, U256};
 use serde_json::{Value, json};
 
-use crate::config::{TOKEN_DECIMALS, format_amount, parse_amount, read_keystore_password};
-
-/// The token's decimals as the escrow checks print them.
-const DECIMALS: u8 = TOKEN_DECIMALS as u8;
+use crate::cli::{
+    ChainArgs, JobCommand, KeyArgs, NodeRef, ProviderCommand, StatusArgs, SubmitArgs, WithdrawArgs,
+};
+use crate::config::{TOKEN_DECIMALS, parse_amount, read_keystore_password};
 
 /// How long `job submit` waits for the node to pack the data and the chain to take the job.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(300);
-
-#[derive(Debug, Args, Clone)]
-pub struct ChainArgs {
-    /// JSON-RPC URL of the chain holding the escrow.
-    #[arg(long, env = "GPUCHAIN_RPC_URL", value_name = "URL")]
-    pub rpc_url: String,
-    /// JobEscrow contract address.
-    #[arg(long, env = "GPUCHAIN_ESCROW", value_name = "ADDRESS")]
-    pub escrow: String,
-    /// Payment token. Default: the escrow's stake token.
-    #[arg(long, env = "GPUCHAIN_TOKEN", value_name = "ADDRESS")]
-    pub token: Option<String>,
-}
-
-#[derive(Debug, Args, Clone)]
-pub struct KeyArgs {
-    /// The node's data dir (its keystore signs).
-    #[arg(long, env = "GPUCHAIN_DATA_DIR", value_name = "DIR")]
-    pub data_dir: PathBuf,
-    /// File with the keystore password (or set GPUCHAIN_KEYSTORE_PASSWORD).
-    #[arg(long, env = "GPUCHAIN_KEYSTORE_PASSWORD_FILE", value_name = "FILE")]
-    pub keystore_password_file: Option<PathBuf>,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum JobCommand {
-    /// Submit a job through a running client node: approve, createJob, publish the job's
-    /// data as blobs, gossip the offer. Prints the job id.
-    Submit(Box<SubmitArgs>),
-    /// A job as the escrow records it (and as the client node sees it, when given one).
-    Status(StatusArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct SubmitArgs {
-    /// The job file (TOML): model, steps, checkpoint interval, data, thresholds.
-    #[arg(long, value_name = "FILE")]
-    pub spec: PathBuf,
-    /// Most the job may spend, in tokens (e.g. `5` USDC); the rest is refunded.
-    // Negative numbers are taken as values so that they are refused as amounts, not as
-    // unknown flags.
-    #[arg(long, value_name = "AMOUNT", allow_negative_numbers = true)]
-    pub budget: String,
-    /// Highest price per step accepted from a provider, in tokens (e.g. `0.003`).
-    #[arg(long, value_name = "AMOUNT", allow_negative_numbers = true)]
-    pub max_price: String,
-    /// Verifier addresses, comma-separated.
-    #[arg(long, value_delimiter = ',', required = true, value_name = "ADDRESS")]
-    pub verifiers: Vec<String>,
-    /// Votes needed to accept or reject a checkpoint.
-    #[arg(long)]
-    pub quorum: u8,
-    /// Seconds from now until the job's deadline.
-    #[arg(long, default_value_t = 3600, value_name = "SECS")]
-    pub deadline: u64,
-    /// Seconds after the deadline before anyone may expire the job and refund it.
-    #[arg(long, default_value_t = 600, value_name = "SECS")]
-    pub grace: u64,
-    /// Accept verifier addresses that no peer of the node has announced as a verifier yet
-    /// (verifiers that will come online later). Without it such an address is refused: the
-    /// job would wait out its deadline with no one to vote.
-    #[arg(long)]
-    pub allow_unknown_verifiers: bool,
-    #[command(flatten)]
-    pub node: NodeRef,
-}
-
-/// Which running node to ask: its data dir (the API address and token are read from it) or
-/// the address and a token file.
-#[derive(Debug, Args, Clone)]
-pub struct NodeRef {
-    /// Data dir of the running node.
-    #[arg(long, env = "GPUCHAIN_DATA_DIR", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Control API address of the running node (overrides the one in --data-dir).
-    #[arg(long, value_name = "ADDR")]
-    pub api: Option<std::net::SocketAddr>,
-    /// File with the node's API token (default: `<data dir>/api.token`).
-    #[arg(long, env = "GPUCHAIN_API_TOKEN_FILE", value_name = "FILE")]
-    pub api_token_file: Option<PathBuf>,
-}
 
 impl NodeRef {
     /// A client for the named node, or `None` when no node was named.
@@ -135,61 +52,6 @@ impl NodeRef {
     }
 }
 
-#[derive(Debug, Args)]
-pub struct StatusArgs {
-    /// The job id `job submit` printed.
-    pub job_id: String,
-    #[command(flatten)]
-    pub chain: ChainArgs,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    pub json: bool,
-    /// Read the job's escrow events from this block on (its creation block or earlier;
-    /// RPCs that cap log ranges need it).
-    #[arg(long, default_value_t = 0, value_name = "BLOCK")]
-    pub from_block: u64,
-    /// Optionally, the client node, for its view (phase, last heartbeat step).
-    #[command(flatten)]
-    pub node: NodeRef,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ProviderCommand {
-    /// Stake tokens so the escrow will assign jobs to this node's key.
-    Register(RegisterArgs),
-    /// This key's stake and withdrawable balance.
-    Status(ProviderStatusArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct RegisterArgs {
-    /// Tokens to stake (e.g. `100`); at least the escrow's minimum stake in total.
-    #[arg(long, value_name = "AMOUNT")]
-    pub stake: String,
-    #[command(flatten)]
-    pub key: KeyArgs,
-    #[command(flatten)]
-    pub chain: ChainArgs,
-}
-
-#[derive(Debug, Args)]
-pub struct ProviderStatusArgs {
-    #[command(flatten)]
-    pub key: KeyArgs,
-    #[command(flatten)]
-    pub chain: ChainArgs,
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct WithdrawArgs {
-    #[command(flatten)]
-    pub key: KeyArgs,
-    #[command(flatten)]
-    pub chain: ChainArgs,
-}
-
 fn parse_address(s: &str, flag: &str) -> Result<Address> {
     s.parse().map_err(|e| {
         anyhow!("{flag} {s:?} is not an Ethereum address ({e}); give 0x followed by 40 hex digits")
@@ -197,8 +59,8 @@ fn parse_address(s: &str, flag: &str) -> Result<Address> {
 }
 
 fn signer(key: &KeyArgs) -> Result<alloy_signer_local::PrivateKeySigner> {
-    let store = key.data_dir.join(crate::keys::KEYSTORE_DIR);
-    if !store.join(crate::keys::KEYSTORE_FILE).is_file() {
+    let store = crate::datadir::keystore_dir(&key.data_dir);
+    if !store.join(crate::datadir::KEYSTORE_FILE).is_file() {
         bail!(
             "no node key in {}: run `gpuchain node --data-dir {}` once to create it",
             key.data_dir.display(),
@@ -220,29 +82,7 @@ pub async fn connect(
         None => None,
     };
     let key = key.unwrap_or_else(alloy_signer_local::PrivateKeySigner::random);
-    connect_to(&chain.rpc_url, escrow, token, key).await
-}
-
-/// A chain client paying in `token`, or in the escrow's stake token when none is given.
-pub async fn connect_to(
-    rpc_url: &str,
-    escrow: Address,
-    token: Option<Address>,
-    key: alloy_signer_local::PrivateKeySigner,
-) -> Result<ChainClient> {
-    let token = match token {
-        Some(t) => t,
-        None => {
-            let probe = ChainClient::connect(
-                // Any deployed contract will do until we know the token: the escrow itself.
-                ChainConfig::new(rpc_url, escrow, escrow),
-                key.clone(),
-            )
-            .await?;
-            probe.stake_token().await?
-        }
-    };
-    Ok(ChainClient::connect(ChainConfig::new(rpc_url, escrow, token), key).await?)
+    Ok(ChainClient::connect_paying_in(&chain.rpc_url, escrow, token, key).await?)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -287,7 +127,7 @@ async fn submit(a: SubmitArgs) -> Result<()> {
         quorum: a.quorum,
         deadline: a.deadline,
         now: 0,
-        decimals: DECIMALS,
+        decimals: TOKEN_DECIMALS,
     })
     .map_err(|e| anyhow!("job not submitted: {e}"))?;
     let body = json!({
@@ -332,7 +172,7 @@ async fn status(a: StatusArgs) -> Result<()> {
     // (which counts a refund as paid). `JobEscrow` charges no verifier fees, so there is no
     // fee line.
     let money = chain.job_money(job_id, a.from_block).await?;
-    let tokens = |raw: U256| format_tokens(raw, DECIMALS);
+    let tokens = |raw: U256| format_tokens(raw, TOKEN_DECIMALS);
     let per_account = |m: &std::collections::BTreeMap<Address, U256>| -> Value {
         m.iter()
             .map(|(a, v)| (a.to_string(), Value::String(tokens(*v))))
@@ -437,8 +277,8 @@ pub fn run_provider(cmd: ProviderCommand) -> Result<()> {
                 println!(
                     "{} staked {} (total {}) in tx {}",
                     chain.address(),
-                    format_amount(amount, TOKEN_DECIMALS),
-                    format_amount(stake.amount, TOKEN_DECIMALS),
+                    format_tokens(amount, TOKEN_DECIMALS),
+                    format_tokens(stake.amount, TOKEN_DECIMALS),
                     out.hash
                 );
                 Ok(())
@@ -450,10 +290,10 @@ pub fn run_provider(cmd: ProviderCommand) -> Result<()> {
                 let w = chain.withdrawable(me, chain.token()).await?;
                 let out = json!({
                     "address": me.to_string(),
-                    "stake": format_amount(stake.amount, TOKEN_DECIMALS),
+                    "stake": format_tokens(stake.amount, TOKEN_DECIMALS),
                     "live_epochs": stake.live_epochs,
                     "unbond_at": stake.unbond_at,
-                    "withdrawable": format_amount(w, TOKEN_DECIMALS),
+                    "withdrawable": format_tokens(w, TOKEN_DECIMALS),
                 });
                 if a.json {
                     println!("{out:#}");
@@ -481,7 +321,7 @@ pub fn run_withdraw(a: WithdrawArgs) -> Result<()> {
             .await?;
         println!(
             "{me}: withdrew {} in tx {}",
-            format_amount(amount, TOKEN_DECIMALS),
+            format_tokens(amount, TOKEN_DECIMALS),
             out.hash
         );
         Ok(())

@@ -8,34 +8,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use libp2p::Multiaddr;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::cli::NodeArgs;
+pub use crate::cli::{Fault, Role};
 
 /// Env var holding the keystore password (alternative to a password file).
 pub const PASSWORD_ENV: &str = "GPUCHAIN_KEYSTORE_PASSWORD";
 pub const DEFAULT_HEARTBEAT_PERIOD: Duration = Duration::from_millis(100);
 pub const DEFAULT_BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(20);
-
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Client,
-    Provider,
-    Verifier,
-}
 
 /// The TOML file's shape: every key optional, unknown keys rejected so that a typo is an
 /// error instead of a silently ignored setting.
@@ -62,7 +43,7 @@ struct FileConfig {
     token: Option<String>,
     price_per_step: Option<String>,
     detector_timeout_ms: Option<u64>,
-    fault: Option<crate::roles::Fault>,
+    fault: Option<Fault>,
 }
 
 #[derive(Debug, Clone)]
@@ -88,42 +69,24 @@ pub struct NodeConfig {
     pub token: Option<gpuchain_protocol::Address>,
     pub price_per_step: gpuchain_protocol::U256,
     pub detector_timeout: Duration,
-    pub fault: Option<crate::roles::Fault>,
+    pub fault: Option<Fault>,
 }
 
 pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
 /// 0.001 USDC.
 pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
 /// USDC's decimals: amounts on the command line are in whole tokens.
-pub const TOKEN_DECIMALS: u32 = 6;
+pub const TOKEN_DECIMALS: u8 = gpuchain_contracts::chain::TEST_USDC_DECIMALS;
 
 /// `"5"`, `"0.0025"` → base units with `decimals` decimals; more digits than that, signs,
 /// exponents and empty strings are errors naming the flag.
-pub fn parse_amount(s: &str, decimals: u32, flag: &str) -> Result<gpuchain_protocol::U256> {
-    let decimals = u8::try_from(decimals).map_err(|_| anyhow!("{decimals} decimals"))?;
+pub fn parse_amount(s: &str, decimals: u8, flag: &str) -> Result<gpuchain_protocol::U256> {
     gpuchain_contracts::chain::parse_tokens(s, decimals).map_err(|e| match e {
         gpuchain_contracts::chain::AmountError::Negative(_) => anyhow!("{flag} {e}"),
         _ => anyhow!(
             "{flag} {s:?} is not an amount ({e}); give a decimal number like 5 or 0.0025 (at most {decimals} decimals)"
         ),
     })
-}
-
-/// Base units → `"0.0025"`, for printing.
-pub fn format_amount(v: gpuchain_protocol::U256, decimals: u32) -> String {
-    let s = v.to_string();
-    let d = decimals as usize;
-    let (int, frac) = if s.len() > d {
-        (s[..s.len() - d].to_string(), s[s.len() - d..].to_string())
-    } else {
-        ("0".to_string(), format!("{s:0>d$}"))
-    };
-    let frac = frac.trim_end_matches('0');
-    if frac.is_empty() {
-        int
-    } else {
-        format!("{int}.{frac}")
-    }
 }
 
 /// anvil's chain id: the local testnet's, and the default until the chain client lands.
@@ -184,10 +147,11 @@ impl NodeConfig {
             Some(ms) => Duration::from_millis(ms),
             None => DEFAULT_HEARTBEAT_PERIOD,
         };
-        let heartbeat_topics = pick_list(&args.heartbeat_topics, file.heartbeat_topics);
-        for t in &heartbeat_topics {
-            crate::topics::check_topic(t)?;
-        }
+        // Named by a job's topic or its heartbeat topic, heartbeats go on the latter.
+        let heartbeat_topics = pick_list(&args.heartbeat_topics, file.heartbeat_topics)
+            .iter()
+            .map(|t| crate::topics::heartbeat_topic_of(t))
+            .collect::<Result<Vec<_>>>()?;
         let bootstrap_timeout = args
             .bootstrap_timeout_secs
             .or(file.bootstrap_timeout_secs)
@@ -343,10 +307,6 @@ mod tests {
         }
         let e = p("-1").expect_err("negative");
         assert_eq!(e.to_string(), "--x must be positive, got -1");
-        assert_eq!(format_amount(U256::from(2_500u64), 6), "0.0025");
-        assert_eq!(format_amount(U256::from(4_100_000u64), 6), "4.1");
-        assert_eq!(format_amount(U256::from(7_000_000u64), 6), "7");
-        assert_eq!(format_amount(U256::ZERO, 6), "0");
     }
 
     #[test]
@@ -392,7 +352,7 @@ mod tests {
         assert!(e.to_string().contains("--rpc-url"), "{e}");
 
         let mut a = args();
-        a.fault = Some(crate::roles::Fault::Junk);
+        a.fault = Some(Fault::Junk);
         let e = NodeConfig::from_args(&a).expect_err("fault without provider");
         assert!(e.to_string().contains("--role provider"), "{e}");
 

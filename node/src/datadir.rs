@@ -10,11 +10,46 @@ use anyhow::{Context, Result, anyhow, bail};
 
 pub const LOCK_FILE: &str = "node.lock";
 pub const BLOB_DIR: &str = "blobs";
+/// The libp2p identity (ed25519), 0600.
+pub const IDENTITY_FILE: &str = "identity.key";
+/// The Ethereum keystore folder and its one file.
+pub const KEYSTORE_DIR: &str = "keystore";
+pub const KEYSTORE_FILE: &str = "node.json";
+/// The client's job specs, written before `createJob` so a restart can re-offer them.
+pub const SPECS_DIR: &str = "specs";
+/// The chain follower's cursor.
+pub const CURSOR_DIR: &str = "chain";
+/// Unpacked job data, one folder per spec hash.
+pub const JOBS_DIR: &str = "jobs";
 /// Default folder the API imports blobs from.
 pub const IMPORT_DIR: &str = "import";
 /// Default folder the API exports blobs to.
 pub const EXPORT_DIR: &str = "export";
 pub use gpuchain_api::{ADDR_FILE as API_ADDR_FILE, TOKEN_FILE as API_TOKEN_FILE};
+
+/// The libp2p identity file of the data dir at `root`.
+pub fn identity_file(root: &Path) -> PathBuf {
+    root.join(IDENTITY_FILE)
+}
+
+pub fn keystore_dir(root: &Path) -> PathBuf {
+    root.join(KEYSTORE_DIR)
+}
+
+pub fn specs_dir(root: &Path) -> PathBuf {
+    root.join(SPECS_DIR)
+}
+
+pub fn cursor_dir(root: &Path) -> PathBuf {
+    root.join(CURSOR_DIR)
+}
+
+/// Where a job's dataset and eval set are unpacked.
+pub fn job_data_dir(root: &Path, spec_hash: &[u8]) -> PathBuf {
+    root.join(JOBS_DIR)
+        .join(hex::encode(spec_hash))
+        .join("data")
+}
 
 #[derive(Debug, Clone)]
 pub struct DataDir {
@@ -109,8 +144,8 @@ impl DataDir {
     /// What must never leave the node through the API, resolved.
     fn secrets(&self) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = [
-            crate::keys::IDENTITY_FILE,
-            crate::keys::KEYSTORE_DIR,
+            IDENTITY_FILE,
+            KEYSTORE_DIR,
             API_TOKEN_FILE,
             LOCK_FILE,
             BLOB_DIR,
@@ -253,13 +288,9 @@ mod tests {
     fn secrets_are_refused_even_when_the_import_folder_is_the_data_dir() {
         let t = tempfile::tempdir().expect("tmp");
         let root = t.path().join("node");
-        fs::create_dir_all(root.join(crate::keys::KEYSTORE_DIR)).expect("mkdir");
-        fs::write(
-            root.join(crate::keys::KEYSTORE_DIR).join("node.json"),
-            b"{}",
-        )
-        .expect("w");
-        fs::write(root.join(crate::keys::IDENTITY_FILE), b"k").expect("w");
+        fs::create_dir_all(root.join(KEYSTORE_DIR)).expect("mkdir");
+        fs::write(root.join(KEYSTORE_DIR).join("node.json"), b"{}").expect("w");
+        fs::write(root.join(IDENTITY_FILE), b"k").expect("w");
         fs::write(root.join(API_TOKEN_FILE), b"t").expect("w");
         let pw = t.path().join("pw");
         fs::write(&pw, b"secret").expect("w");

@@ -1,6 +1,10 @@
 //! The event loop: owns the swarm, feeds it commands from [`crate::handle::NodeHandle`],
 //! validates gossip through the [`GossipValidator`] seam, keeps peer state, publishes
 //! heartbeats and hellos. Blob transfers run beside it on the cloneable [`BlobNode`].
+//!
+//! Longer than our usual file on purpose: the swarm's events, the commands and the gossip
+//! verdicts all act on the one `Swarm` and [`NodeState`] this loop owns, and keeping that
+//! `&mut self` in one place is what makes the loop easy to reason about.
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant};
@@ -10,7 +14,7 @@ use futures::StreamExt;
 use iroh::EndpointId;
 use libp2p::core::ConnectedPoint;
 use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance};
-use libp2p::swarm::dial_opts::DialOpts;
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, SwarmEvent};
 use libp2p::{Multiaddr, PeerId, Swarm, identify, kad};
 use serde::Serialize;
@@ -20,7 +24,7 @@ use crate::behaviour::{Behaviour, BehaviourEvent};
 use crate::blobs::BlobNode;
 use crate::config::{NodeConfig, Role};
 use crate::events::NodeEvent;
-use crate::roles::RoleEvent;
+use crate::inbound::{GossipTicket, Inbound};
 use crate::scoring;
 use crate::state::{HeartbeatStats, NodeState, PeerInfo, ReceivedMessage};
 use crate::topics::{self, HELLO_TOPIC, JOBS_TOPIC};
@@ -94,14 +98,6 @@ pub enum Command {
     },
 }
 
-/// A gossip message held back by gossipsub until the machines have judged it.
-#[derive(Debug, Clone)]
-pub struct GossipTicket {
-    pub message_id: gossipsub::MessageId,
-    pub propagation_source: PeerId,
-    pub topic: String,
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub peer_id: String,
@@ -126,7 +122,7 @@ pub struct EventLoop<V: GossipValidator> {
     commands: mpsc::Receiver<Command>,
     shutdown: watch::Receiver<bool>,
     /// Accepted gossip and lost peers, for the role machines (absent on a plain relay).
-    roles_tx: Option<mpsc::Sender<RoleEvent>>,
+    roles_tx: Option<mpsc::Sender<Inbound>>,
     hardware: Hardware,
     state: NodeState,
     roles: BTreeSet<Role>,
@@ -154,7 +150,7 @@ impl<V: GossipValidator> EventLoop<V> {
         shutdown: watch::Receiver<bool>,
         config: &NodeConfig,
         eth_key: SigningKey,
-        roles_tx: Option<mpsc::Sender<RoleEvent>>,
+        roles_tx: Option<mpsc::Sender<Inbound>>,
     ) -> Self {
         Self {
             swarm,
@@ -163,7 +159,7 @@ impl<V: GossipValidator> EventLoop<V> {
             commands,
             shutdown,
             roles_tx,
-            hardware: crate::roles::hardware::local(),
+            hardware: crate::hardware::local(),
             state: NodeState::default(),
             roles: config.roles.clone(),
             eth_address: eth_key.address(),
@@ -182,7 +178,7 @@ impl<V: GossipValidator> EventLoop<V> {
     }
 
     /// Hands accepted gossip and lost connections to the role runtime.
-    fn send_to_roles(&mut self, ev: RoleEvent) {
+    fn send_to_roles(&mut self, ev: Inbound) {
         let Some(tx) = &self.roles_tx else { return };
         // Never block the swarm on the roles: a full queue drops (gossip is lossy anyway,
         // and the detector tolerates a lost heartbeat) and says so.
@@ -294,6 +290,13 @@ impl<V: GossipValidator> EventLoop<V> {
             }
             Err(e) => {
                 self.state.counters.publish_failed += 1;
+                // A heartbeat topic's one subscriber is the job's client, and gossip reaches
+                // it only over a direct connection: no subscribed peer means we lost it.
+                if matches!(e, gossipsub::PublishError::NoPeersSubscribedToTopic)
+                    && topics::heartbeat_job_of(topic).is_some()
+                {
+                    self.reach_clients();
+                }
                 Err(anyhow!("publish on {topic} failed: {e}"))
             }
         }
@@ -305,7 +308,7 @@ impl<V: GossipValidator> EventLoop<V> {
     fn publish_heartbeats(&mut self) {
         let topics: Vec<String> = self.heartbeat_topics.iter().cloned().collect();
         for topic in topics {
-            let Some(job_id) = topics::job_id_of(&topic) else {
+            let Some(job_id) = topics::heartbeat_job_of(&topic) else {
                 continue;
             };
             self.heartbeat_seq += 1;
@@ -384,21 +387,15 @@ impl<V: GossipValidator> EventLoop<V> {
                 }
             }
             Command::Heartbeat { topic, on, reply } => {
-                let r = if on {
-                    if topics::is_job_topic(&topic) {
-                        self.subscribe(&topic).map(|()| {
-                            self.heartbeat_topics.insert(topic);
-                        })
+                let r = topics::heartbeat_topic_of(&topic).and_then(|topic| {
+                    if on {
+                        self.subscribe(&topic)?;
+                        self.heartbeat_topics.insert(topic);
                     } else {
-                        Err(anyhow!(
-                            "heartbeats go on a job topic ({}<decimal job id>)",
-                            topics::JOB_TOPIC_PREFIX
-                        ))
+                        self.heartbeat_topics.remove(&topic);
                     }
-                } else {
-                    self.heartbeat_topics.remove(&topic);
                     Ok(())
-                };
+                });
                 let _ = reply.send(r);
             }
             Command::Messages { since, reply } => {
@@ -571,7 +568,7 @@ impl<V: GossipValidator> EventLoop<V> {
                     })
                     .flatten();
                 if let Some(address) = lost {
-                    self.send_to_roles(RoleEvent::ConnectionClosed { address });
+                    self.send_to_roles(Inbound::ConnectionClosed { address });
                 }
                 crate::events::emit(
                     NodeEvent::Disconnected {
@@ -699,7 +696,7 @@ impl<V: GossipValidator> EventLoop<V> {
                 let to_roles =
                     self.roles_tx.is_some() && !matches!(checked.message(), Message::NodeHello(_));
                 if to_roles {
-                    let ev = RoleEvent::Gossip {
+                    let ev = Inbound::Gossip {
                         checked: Box::new(checked.clone()),
                         ticket: ticket.clone(),
                     };
@@ -773,12 +770,42 @@ impl<V: GossipValidator> EventLoop<V> {
             .collect();
         rec.eth_address = Some(h.address.to_string());
         rec.last_seen = now_us();
+        if h.roles.contains(&WireRole::Client) {
+            self.reach_clients();
+        }
         crate::events::emit(
             NodeEvent::Hello {
                 peer: source.to_string(),
             },
             "",
         );
+    }
+}
+
+impl<V: GossipValidator> EventLoop<V> {
+    /// A provider keeps a direct connection to every client it has heard of: heartbeats go on
+    /// a topic only the job's client subscribes to, and gossipsub hands a message only to
+    /// subscribed peers it is connected to. The addresses come from Kademlia and identify.
+    fn reach_clients(&mut self) {
+        if !self.roles.contains(&Role::Provider) {
+            return;
+        }
+        let clients: Vec<PeerId> = self
+            .state
+            .peers
+            .iter()
+            .filter(|(_, r)| r.roles.iter().any(|x| x == "client"))
+            .map(|(p, _)| *p)
+            .filter(|p| !self.swarm.is_connected(p))
+            .collect();
+        for peer in clients {
+            let opts = DialOpts::peer_id(peer)
+                .condition(PeerCondition::DisconnectedAndNotDialing)
+                .build();
+            if let Err(e) = self.swarm.dial(opts) {
+                tracing::debug!(%peer, error = %e, "cannot dial a client");
+            }
+        }
     }
 }
 

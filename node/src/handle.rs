@@ -8,8 +8,9 @@ use libp2p::PeerId;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::blobs::{BlobInfo, BlobNode, FetchInfo, parse_hash};
-use crate::event_loop::{Command, GossipTicket, Status};
+use crate::event_loop::{Command, Status};
 use crate::events::NodeEvent;
+use crate::inbound::GossipTicket;
 use crate::state::{HeartbeatStats, PeerInfo, ReceivedMessage};
 
 #[derive(Debug, Clone)]

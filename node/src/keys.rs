@@ -11,9 +11,8 @@ use alloy_signer_local::PrivateKeySigner;
 use anyhow::{Context, Result, anyhow};
 use libp2p::identity::Keypair;
 
-pub const IDENTITY_FILE: &str = "identity.key";
-pub const KEYSTORE_DIR: &str = "keystore";
-pub const KEYSTORE_FILE: &str = "node.json";
+pub use crate::datadir::{IDENTITY_FILE, KEYSTORE_DIR, KEYSTORE_FILE};
+use crate::datadir::{identity_file, keystore_dir};
 
 pub struct Keys {
     pub libp2p: Keypair,
@@ -39,9 +38,9 @@ impl std::fmt::Debug for Keys {
 }
 
 pub fn load_or_create(data_dir: &Path, password: &str) -> Result<Keys> {
-    let libp2p = load_or_create_identity(&data_dir.join(IDENTITY_FILE))?;
+    let libp2p = load_or_create_identity(&identity_file(data_dir))?;
     let iroh = crate::identity::iroh_secret(&libp2p)?;
-    let eth = load_or_create_eth(&data_dir.join(KEYSTORE_DIR), password)?;
+    let eth = load_or_create_eth(&keystore_dir(data_dir), password)?;
     Ok(Keys { libp2p, iroh, eth })
 }
 

@@ -1,6 +1,8 @@
 //! Logs go to stderr through `tracing`: readable text by default, one JSON object per line
-//! with `--log-format json`. Machine-readable events use the target `gpuchain::event` and an
-//! `event` field. RUST_LOG overrides the default filter.
+//! with `--log-format json`. Machine-readable events use the target `gpuchain::event`, the
+//! event's name in `event` and the typed event (`gpuchain_api::NodeEvent`) as JSON in `data`;
+//! readers parse `data` back into the enum (see `events.rs`). RUST_LOG overrides the default
+//! filter.
 
 use std::io::IsTerminal;
 

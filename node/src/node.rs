@@ -6,6 +6,7 @@ use std::fs;
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
+use gpuchain_contracts::chain::ChainClient;
 use tokio::sync::{mpsc, watch};
 
 use crate::blobs::BlobNode;
@@ -14,7 +15,7 @@ use crate::datadir::DataDir;
 use crate::event_loop::{COMMAND_QUEUE, EventLoop};
 use crate::events::NodeEvent;
 use crate::handle::NodeHandle;
-use crate::roles::handle::RolesHandle;
+use crate::inbound::INBOUND_QUEUE;
 use crate::roles::{RoleRuntime, RolesConfig};
 use crate::validation::StatelessValidator;
 use std::sync::Arc;
@@ -70,8 +71,8 @@ pub async fn run(config: NodeConfig) -> Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let handle = NodeHandle::new(cmd_tx, blobs.clone(), shutdown_tx);
     // The roles first: the event loop is built knowing where to send what they must see.
-    let roles = match chain {
-        None => None,
+    let (roles, inbound) = match chain {
+        None => (None, None),
         Some(chain) => {
             let (follower, history) = crate::roles::chain::open_follower(&chain, dir).await?;
             crate::events::emit(
@@ -104,15 +105,17 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                     ),
                 );
             }
-            let (runtime, tx) = RoleRuntime::new(
+            let (inbound_tx, inbound_rx) = mpsc::channel(INBOUND_QUEUE);
+            let (runtime, roles) = RoleRuntime::new(
                 roles_config,
                 handle.clone(),
                 history.iter().map(|e| e.history_entry()).collect(),
+                inbound_rx,
                 shutdown_rx.clone(),
             );
             tokio::spawn(crate::roles::chain::follow(
                 follower,
-                tx.clone(),
+                roles.sender(),
                 shutdown_rx.clone(),
             ));
             tokio::spawn(async move {
@@ -125,7 +128,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                     );
                 }
             });
-            Some(RolesHandle::new(tx))
+            (Some(roles), Some(inbound_tx))
         }
     };
     let mut event_loop = EventLoop::new(
@@ -136,7 +139,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
         shutdown_rx.clone(),
         &config,
         eth_key,
-        roles.as_ref().map(RolesHandle::sender),
+        inbound,
     );
     event_loop.start(&config)?;
 
@@ -200,12 +203,15 @@ pub async fn run(config: NodeConfig) -> Result<()> {
 async fn connect_chain(
     config: &NodeConfig,
     key: alloy_signer_local::PrivateKeySigner,
-) -> Result<gpuchain_contracts::chain::ChainClient> {
+) -> Result<ChainClient> {
     let rpc_url = config
         .rpc_url
         .as_deref()
         .ok_or_else(|| anyhow!("roles need --rpc-url"))?;
-    crate::commands::connect_to(rpc_url, config.escrow_domain.escrow, config.token, key).await
+    Ok(
+        ChainClient::connect_paying_in(rpc_url, config.escrow_domain.escrow, config.token, key)
+            .await?,
+    )
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -22,10 +22,11 @@ use crate::eip712::EscrowDomain;
 use crate::io::{Input, Notice, Output, Passed, StateMachine};
 use crate::messages::{Bid, CheckpointAnnounce, Heartbeat, JobOffer, Vote};
 use crate::reputation::{self, Reputation};
+use crate::retry::RetryPolicy;
 use crate::signing::{Scheme, Sig65, SigningKey};
 use crate::spec::JobSpec;
 use crate::time::Time;
-use crate::topics::{JOBS_TOPIC, job_topic};
+use crate::topics::{JOBS_TOPIC, heartbeat_topic, job_topic};
 use crate::types::{Epoch, Hash, JobId, Step};
 use crate::validation::{IgnoreReason, RejectReason, Verdict};
 use crate::wire::Message;
@@ -51,6 +52,8 @@ pub struct ClientConfig {
     /// An `assign` neither confirmed nor failed after this long is given up on (a dropped
     /// transaction must not stall the job); if it lands later, its event is adopted anyway.
     pub assign_timeout: Duration,
+    /// Fetching the client's own copy of each announced checkpoint.
+    pub copy_retry: RetryPolicy,
 }
 
 impl ClientConfig {
@@ -61,6 +64,7 @@ impl ClientConfig {
             bid_window: Duration::from_millis(500),
             bid_expiry_margin_secs: 12,
             assign_timeout: Duration::from_secs(30),
+            copy_retry: crate::retry::BLOB_FETCH,
         }
     }
 }
@@ -162,9 +166,18 @@ pub struct Client {
     block_time: u64,
     next_tx: u64,
     pending: BTreeMap<TxId, PendingTx>,
+    /// Checkpoint copies being fetched, until one try succeeds or the tries run out.
+    copies: BTreeMap<Hash, CopyFetch>,
     outputs: VecDeque<Output>,
     /// While replaying history on restart: state changes, no outputs.
     replaying: bool,
+}
+
+#[derive(Clone, Debug)]
+struct CopyFetch {
+    from: Address,
+    failed: u32,
+    retry_at: Option<Time>,
 }
 
 impl Client {
@@ -179,6 +192,7 @@ impl Client {
             block_time: 0,
             next_tx: 0,
             pending: BTreeMap::new(),
+            copies: BTreeMap::new(),
             outputs: VecDeque::new(),
             replaying: false,
         }
@@ -221,9 +235,7 @@ impl Client {
                     c.publish_offer(job_id);
                 }
             }
-            c.emit(Output::Subscribe {
-                topic: job_topic(job_id),
-            });
+            c.subscribe(job_id);
         }
         c
     }
@@ -284,10 +296,44 @@ impl Client {
         self.submit(ChainTx::ReleaseProvider { job_id }, PendingTx::Other)
     }
 
+    /// The answer to a fetch of our copy of a checkpoint: done, tried again after the policy's
+    /// wait, or given up on (the verifiers keep copies too).
+    fn on_copy_fetched(&mut self, now: Time, hash: Hash, ok: bool) {
+        let Some(c) = self.copies.get_mut(&hash) else {
+            return;
+        };
+        if ok {
+            self.copies.remove(&hash);
+            return;
+        }
+        if c.retry_at.is_some() {
+            // A second answer to a try already failed: the retry is armed.
+            return;
+        }
+        c.failed += 1;
+        match self.config.copy_retry.wait_after(c.failed) {
+            Some(wait) => c.retry_at = Some(now + wait),
+            None => {
+                self.copies.remove(&hash);
+            }
+        }
+    }
+
     fn emit(&mut self, out: Output) {
         if !self.replaying {
             self.outputs.push_back(out);
         }
+    }
+
+    /// A job of ours: its topic (bids, announcements, votes) and its heartbeats, which only
+    /// the client hears.
+    fn subscribe(&mut self, job_id: JobId) {
+        self.emit(Output::Subscribe {
+            topic: job_topic(job_id),
+        });
+        self.emit(Output::Subscribe {
+            topic: heartbeat_topic(job_id),
+        });
     }
 
     fn submit(&mut self, tx: ChainTx, pending: PendingTx) -> TxId {
@@ -462,9 +508,7 @@ impl Client {
                     submitted: BTreeSet::new(),
                 },
             );
-            self.emit(Output::Subscribe {
-                topic: job_topic(job_id),
-            });
+            self.subscribe(job_id);
             self.publish_offer(job_id);
             return;
         }
@@ -567,6 +611,9 @@ impl Client {
                 job.bids.clear();
                 self.emit(Output::Unsubscribe {
                     topic: job_topic(job_id),
+                });
+                self.emit(Output::Unsubscribe {
+                    topic: heartbeat_topic(job_id),
                 });
                 self.emit(Output::Notice(Notice::JobFinished { job_id }));
             }
@@ -724,6 +771,11 @@ impl Client {
             return Verdict::Ignore(IgnoreReason::Duplicate);
         }
         // Keep a copy: the checkpoint must outlive its provider (step 5 of the lifecycle).
+        self.copies.entry(ann.checkpoint_hash).or_insert(CopyFetch {
+            from: ann.provider,
+            failed: 0,
+            retry_at: None,
+        });
         let out = Output::FetchBlob {
             hash: ann.checkpoint_hash,
             from: Some(ann.provider),
@@ -835,13 +887,28 @@ impl StateMachine for Client {
             Input::StepDone { .. }
             | Input::CheckpointReady { .. }
             | Input::TrainingFailed { .. }
-            | Input::BlobFetched { .. }
             | Input::QualityResult { .. }
             | Input::SpotCheckResult { .. } => {}
+            Input::BlobFetched { hash, ok } => self.on_copy_fetched(now, hash, ok),
         }
     }
 
     fn handle_timeout(&mut self, now: Time) {
+        let due: Vec<(Hash, Address)> = self
+            .copies
+            .iter_mut()
+            .filter(|(_, c)| c.retry_at.is_some_and(|t| t <= now))
+            .map(|(h, c)| {
+                c.retry_at = None;
+                (*h, c.from)
+            })
+            .collect();
+        for (hash, from) in due {
+            self.emit(Output::FetchBlob {
+                hash,
+                from: Some(from),
+            });
+        }
         let ids: Vec<JobId> = self.live.iter().copied().collect();
         for job_id in ids {
             let Some(job) = self.jobs.get_mut(&job_id) else {
@@ -892,6 +959,7 @@ impl StateMachine for Client {
                 Phase::Running => j.detector.as_ref().map(FailureDetector::deadline),
                 _ => None,
             })
+            .chain(self.copies.values().filter_map(|c| c.retry_at))
             .min()
     }
 

@@ -122,9 +122,14 @@ pub enum Output {
     /// Must be answered with [`Input::QualityResult`]; a runner error is `pass: false`.
     RunQualityTest {
         job_id: JobId,
+        /// The job's spec, as the escrow recorded it: what the runner loads the model from.
+        spec_hash: Hash,
         epoch: Epoch,
         step: Step,
         checkpoint_hash: Hash,
+        /// The interval's last state hash in the announce: the checkpoint must hold exactly
+        /// this state, or it is not the work the provider committed to.
+        committed_state: Hash,
         /// The previous accepted (or already verified) checkpoint; the job's spec hash means the
         /// spec's base model (the escrow's convention before any acceptance).
         baseline: Hash,
@@ -133,6 +138,7 @@ pub enum Output {
     /// Must be answered with [`Input::SpotCheckResult`]; a runner error is `pass: false`.
     RunSpotCheck {
         job_id: JobId,
+        spec_hash: Hash,
         epoch: Epoch,
         step: Step,
         checkpoint_hash: Hash,

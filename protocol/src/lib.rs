@@ -14,6 +14,7 @@ pub mod io;
 pub mod messages;
 pub mod provider;
 pub mod reputation;
+pub mod retry;
 pub mod roles;
 pub mod signing;
 pub mod spec;

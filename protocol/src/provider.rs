@@ -23,7 +23,7 @@ use crate::messages::{Bid, CheckpointAnnounce, Hardware, Heartbeat, JobOffer, st
 use crate::signing::{Scheme, Sig65, SigningKey};
 use crate::spec::JobSpec;
 use crate::time::Time;
-use crate::topics::job_topic;
+use crate::topics::{heartbeat_topic, job_topic};
 use crate::types::{Epoch, Hash, JobId, Step};
 use crate::validation::{IgnoreReason, RejectReason, Verdict};
 use crate::wire::Message;
@@ -70,6 +70,9 @@ pub struct Training {
 #[derive(Clone, Debug, Default)]
 struct ProviderJob {
     offer: Option<JobOffer>,
+    /// The offer's spec hash, computed once (CBOR and BLAKE3 of the spec): the offer is
+    /// compared with the chain on every event of the job.
+    offer_spec_hash: Hash,
     /// From `JobCreated`: (spec hash, client, max price, total steps, interval).
     chain: Option<(Hash, Address, U256, Step, Step)>,
     chain_epoch: Epoch,
@@ -83,7 +86,7 @@ impl ProviderJob {
     fn offer_matches_chain(&self) -> bool {
         match (&self.offer, &self.chain) {
             (Some(o), Some((hash, client, max, _, _))) => {
-                o.spec.spec_hash() == *hash && o.client == *client && o.max_price_per_step == *max
+                self.offer_spec_hash == *hash && o.client == *client && o.max_price_per_step == *max
             }
             _ => true,
         }
@@ -100,7 +103,7 @@ impl ProviderJob {
     fn spec_hash(&self) -> Option<Hash> {
         match (&self.chain, &self.offer) {
             (Some((hash, ..)), _) => Some(*hash),
-            (None, Some(o)) => Some(o.spec.spec_hash()),
+            (None, Some(_)) => Some(self.offer_spec_hash),
             (None, None) => None,
         }
     }
@@ -111,9 +114,11 @@ pub struct Provider {
     config: ProviderConfig,
     key: SigningKey,
     jobs: BTreeMap<JobId, ProviderJob>,
-    /// The jobs with an epoch in training: what heartbeats and timers concern. Offers pile up
-    /// over a provider's life; walking them all on every heartbeat made it slower by the day.
-    training_jobs: BTreeSet<JobId>,
+    /// The jobs with an epoch in training, each with its next heartbeat: what timers concern.
+    /// Offers pile up over a provider's life; walking them all on every heartbeat made it
+    /// slower by the day, and the timers are read after every input, so they are kept here
+    /// rather than looked up in `jobs`.
+    training_jobs: BTreeMap<JobId, Time>,
     block_time: u64,
     outputs: VecDeque<Output>,
 }
@@ -124,7 +129,7 @@ impl Provider {
             config,
             key,
             jobs: BTreeMap::new(),
-            training_jobs: BTreeSet::new(),
+            training_jobs: BTreeMap::new(),
             block_time: 0,
             outputs: VecDeque::new(),
         }
@@ -213,6 +218,7 @@ impl Provider {
         };
         t.seq += 1;
         t.next_heartbeat = now.saturating_add(period);
+        self.training_jobs.insert(job_id, t.next_heartbeat);
         let hb = Heartbeat {
             job_id,
             epoch: t.epoch,
@@ -223,8 +229,10 @@ impl Provider {
             signature: Sig65::ZERO,
         }
         .sign(&self.key);
+        // On the job's heartbeat topic, which only its client subscribes to; publishing
+        // needs no subscription of our own.
         self.outputs.push_back(Output::Publish {
-            topic: job_topic(job_id),
+            topic: heartbeat_topic(job_id),
             message: Message::Heartbeat(hb),
         });
     }
@@ -238,12 +246,14 @@ impl Provider {
         if offer.next_epoch <= job.chain_epoch {
             return Verdict::Ignore(IgnoreReason::StaleEpoch);
         }
+        let spec_hash = offer.spec.spec_hash();
         if let Some((hash, client, ..)) = job.chain
-            && (offer.spec.spec_hash() != hash || offer.client != client)
+            && (spec_hash != hash || offer.client != client)
         {
             return Verdict::Reject(RejectReason::OfferMismatch);
         }
         job.offer = Some(offer.clone());
+        job.offer_spec_hash = spec_hash;
         self.maybe_bid(offer.job_id, offer.next_epoch);
         Verdict::Accept
     }
@@ -311,7 +321,7 @@ impl Provider {
                         .push_back(Output::Notice(Notice::UnknownJob { job_id }));
                     return;
                 };
-                self.training_jobs.insert(job_id);
+                self.training_jobs.insert(job_id, now);
                 job.training = Some(Training {
                     epoch,
                     from_step: start_step,
@@ -474,11 +484,20 @@ impl StateMachine for Provider {
     }
 
     fn handle_timeout(&mut self, now: Time) {
+        // Almost always one job in training: no list of the due ones unless there are more.
+        if self.training_jobs.len() == 1 {
+            if let Some((&job_id, &at)) = self.training_jobs.first_key_value()
+                && at <= now
+            {
+                self.heartbeat(job_id, now);
+            }
+            return;
+        }
         let due: Vec<JobId> = self
             .training_jobs
             .iter()
-            .filter(|id| self.training(**id).is_some_and(|t| t.next_heartbeat <= now))
-            .copied()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| *id)
             .collect();
         for job_id in due {
             self.heartbeat(job_id, now);
@@ -486,10 +505,7 @@ impl StateMachine for Provider {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.training_jobs
-            .iter()
-            .filter_map(|id| self.training(*id).map(|t| t.next_heartbeat))
-            .min()
+        self.training_jobs.values().min().copied()
     }
 
     fn poll_output(&mut self) -> Option<Output> {

@@ -44,6 +44,72 @@ pub struct QualityThresholds {
     pub spot_check_tolerance: f64,
 }
 
+/// Why a checkpoint's held-out figures fail its job's thresholds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum QualityFailure {
+    /// Accuracy or loss is NaN or infinite.
+    NonFinite {
+        accuracy: f64,
+        loss: f64,
+    },
+    AboveMaxLoss {
+        loss: f64,
+        max: f64,
+    },
+    /// Below the floor, which applies once `after_step` is reached: early checkpoints of an
+    /// honest run are below it.
+    BelowMinAccuracy {
+        accuracy: f64,
+        min: f64,
+    },
+    /// Dropped more than tolerated against the previous accepted checkpoint.
+    Regressed {
+        accuracy: f64,
+        previous: f64,
+        tolerance: f64,
+    },
+}
+
+impl QualityThresholds {
+    /// The one judgement of a checkpoint's held-out figures, for the node's verifier and the
+    /// simulator's alike: every threshold it fails, none when it passes. `previous_accuracy`
+    /// is the previous accepted checkpoint's (none for the first checkpoint of a job).
+    pub fn failures(
+        &self,
+        step: u64,
+        accuracy: f64,
+        loss: f64,
+        previous_accuracy: Option<f64>,
+    ) -> Vec<QualityFailure> {
+        if !accuracy.is_finite() || !loss.is_finite() {
+            return vec![QualityFailure::NonFinite { accuracy, loss }];
+        }
+        let mut out = Vec::new();
+        if loss > self.max_loss {
+            out.push(QualityFailure::AboveMaxLoss {
+                loss,
+                max: self.max_loss,
+            });
+        }
+        if step >= self.after_step && accuracy < self.min_accuracy {
+            out.push(QualityFailure::BelowMinAccuracy {
+                accuracy,
+                min: self.min_accuracy,
+            });
+        }
+        if let Some(previous) = previous_accuracy
+            && accuracy + self.max_accuracy_drop < previous
+        {
+            out.push(QualityFailure::Regressed {
+                accuracy,
+                previous,
+                tolerance: self.max_accuracy_drop,
+            });
+        }
+        out
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
     pub model: ModelKind,
@@ -165,6 +231,35 @@ mod tests {
             Hash::repeat_byte(2),
             Hash::repeat_byte(3),
         )
+    }
+
+    #[test]
+    fn quality_thresholds_judge_loss_floor_after_its_step_and_drop() {
+        let q = demo().quality; // floor 0.5 from step 100, drop 0.05, loss 10
+        assert!(q.failures(200, 0.8, 0.5, Some(0.78)).is_empty());
+        // Below the floor only counts from `after_step` on.
+        assert!(q.failures(50, 0.3, 0.5, Some(0.28)).is_empty());
+        assert_eq!(
+            q.failures(100, 0.3, 0.5, Some(0.28)),
+            vec![QualityFailure::BelowMinAccuracy {
+                accuracy: 0.3,
+                min: 0.5
+            }]
+        );
+        assert!(matches!(
+            q.failures(200, 0.7, 0.5, Some(0.8))[..],
+            [QualityFailure::Regressed { .. }]
+        ));
+        assert!(matches!(
+            q.failures(200, 0.8, 11.0, None)[..],
+            [QualityFailure::AboveMaxLoss { .. }]
+        ));
+        for (acc, loss) in [(f64::NAN, 0.5), (0.8, f64::INFINITY)] {
+            assert!(matches!(
+                q.failures(200, acc, loss, None)[..],
+                [QualityFailure::NonFinite { .. }]
+            ));
+        }
     }
 
     #[test]

@@ -4,11 +4,14 @@
 //!
 //! ```text
 //!  Announce ──queued──> Fetching ──BlobFetched ok──> Testing(quality ∥ spot check)
-//!     ^                    │ failed × max_fetch_attempts        │ both pass   │ either fails
+//!     ^                    │ failed × fetch_retry.attempts      │ both pass   │ either fails
 //!     │                    └──────────> vote reject <───────────┼─────────────┘
 //!     └──── next queued announce <──── vote accept (head moves) ┘
 //!  ProviderAssigned / EpochEnded / CheckpointRejected: drop the queue, head = chain's accepted
 //! ```
+//!
+//! A failed fetch is tried again after the policy's backoff, on this machine's timer: the
+//! driver fetches once per `FetchBlob`, so the number of tries is decided here alone.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -18,6 +21,7 @@ use crate::chain::ChainEvent;
 use crate::eip712::EscrowDomain;
 use crate::io::{Input, Notice, Output, Passed, SpotStep, StateMachine};
 use crate::messages::{CheckpointAnnounce, JobOffer, Vote};
+use crate::retry::RetryPolicy;
 use crate::signing::{Scheme, Sig65, SigningKey};
 use crate::time::Time;
 use crate::topics::job_topic;
@@ -33,7 +37,9 @@ pub struct VerifierConfig {
     pub domain: EscrowDomain,
     /// Seeds the choice of spot-checked steps: unpredictable to providers, replayable in the sim.
     pub seed: u64,
-    pub max_fetch_attempts: u32,
+    /// Tries to fetch a checkpoint before voting it down: a provider that cannot serve its
+    /// checkpoint cannot be paid for it.
+    pub fetch_retry: RetryPolicy,
     /// Spot-checked steps per checkpoint when the spec (from the offer) is unknown.
     pub default_spot_checks: u32,
 }
@@ -43,7 +49,7 @@ impl VerifierConfig {
         VerifierConfig {
             domain,
             seed,
-            max_fetch_attempts: 3,
+            fetch_retry: crate::retry::BLOB_FETCH,
             default_spot_checks: 2,
         }
     }
@@ -53,6 +59,8 @@ impl VerifierConfig {
 struct Check {
     ann: CheckpointAnnounce,
     fetch_attempts: u32,
+    /// When the next fetch of a failed one is due.
+    retry_at: Option<Time>,
     quality: Option<bool>,
     spot: Option<bool>,
 }
@@ -87,6 +95,8 @@ pub struct Verifier {
     config: VerifierConfig,
     key: SigningKey,
     jobs: BTreeMap<JobId, VerifierJob>,
+    /// Fetches to try again, by due time; stale entries (the check moved on) are skipped.
+    retries: BTreeSet<(Time, JobId)>,
     outputs: VecDeque<Output>,
 }
 
@@ -124,6 +134,7 @@ impl Verifier {
             config,
             key,
             jobs: BTreeMap::new(),
+            retries: BTreeSet::new(),
             outputs: VecDeque::new(),
         }
     }
@@ -165,6 +176,7 @@ impl Verifier {
         job.active = Some(Check {
             ann,
             fetch_attempts: 1,
+            retry_at: None,
             quality: None,
             spot: None,
         });
@@ -236,8 +248,8 @@ impl Verifier {
         (a.epoch == epoch && a.step == step && a.checkpoint_hash == hash).then_some(check)
     }
 
-    fn on_blob(&mut self, hash: Hash, ok: bool) {
-        let max = self.config.max_fetch_attempts;
+    fn on_blob(&mut self, now: Time, hash: Hash, ok: bool) {
+        let retry = self.config.fetch_retry;
         let ids: Vec<JobId> = self
             .jobs
             .iter()
@@ -252,24 +264,30 @@ impl Verifier {
             let Some(job) = self.jobs.get_mut(&job_id) else {
                 continue;
             };
-            let (head_step, head_hash, count) = (job.head_step, job.head_hash, job.spot_checks);
+            let (head_step, head_hash, count, spec_hash) =
+                (job.head_step, job.head_hash, job.spot_checks, job.spec_hash);
             let Some(check) = job.active.as_mut() else {
                 continue;
             };
             let ann = check.ann.clone();
             if !ok {
-                if check.fetch_attempts >= max {
+                if check.retry_at.is_some() {
+                    // An answer to a fetch already given up on; the retry is armed.
+                    continue;
+                }
+                match retry.wait_after(check.fetch_attempts) {
+                    Some(wait) => {
+                        let due = now + wait;
+                        check.retry_at = Some(due);
+                        self.retries.insert((due, job_id));
+                    }
                     // A provider that cannot serve its checkpoint cannot be paid for it.
-                    self.vote(job_id, false);
-                } else {
-                    check.fetch_attempts += 1;
-                    self.outputs.push_back(Output::FetchBlob {
-                        hash,
-                        from: Some(ann.provider),
-                    });
+                    None => self.vote(job_id, false),
                 }
                 continue;
             }
+            // Fetched (perhaps for another role of this node): no retry is wanted any more.
+            check.retry_at = None;
             let steps = spot_check_steps(self.config.seed, &ann, count)
                 .into_iter()
                 .filter_map(|s| {
@@ -281,16 +299,21 @@ impl Verifier {
                     })
                 })
                 .collect();
+            // An announce without state hashes commits to nothing a checkpoint can match.
+            let committed_state = ann.state_hashes.last().copied().unwrap_or(Hash::ZERO);
             self.outputs.push_back(Output::RunQualityTest {
                 job_id,
+                spec_hash,
                 epoch: ann.epoch,
                 step: ann.step,
                 checkpoint_hash: hash,
+                committed_state,
                 baseline: head_hash,
                 baseline_step: head_step,
             });
             self.outputs.push_back(Output::RunSpotCheck {
                 job_id,
+                spec_hash,
                 epoch: ann.epoch,
                 step: ann.step,
                 checkpoint_hash: hash,
@@ -463,10 +486,10 @@ impl StateMachine for Verifier {
         }
     }
 
-    fn handle_input(&mut self, _now: Time, input: Input) {
+    fn handle_input(&mut self, now: Time, input: Input) {
         match input {
             Input::Chain { event, .. } => self.on_chain(event),
-            Input::BlobFetched { hash, ok } => self.on_blob(hash, ok),
+            Input::BlobFetched { hash, ok } => self.on_blob(now, hash, ok),
             Input::QualityResult {
                 job_id,
                 epoch,
@@ -501,10 +524,29 @@ impl StateMachine for Verifier {
         }
     }
 
-    fn handle_timeout(&mut self, _now: Time) {}
+    fn handle_timeout(&mut self, now: Time) {
+        while let Some(&(due, job_id)) = self.retries.first() {
+            if due > now {
+                break;
+            }
+            self.retries.pop_first();
+            let Some(check) = self.jobs.get_mut(&job_id).and_then(|j| j.active.as_mut()) else {
+                continue;
+            };
+            if check.retry_at != Some(due) {
+                continue;
+            }
+            check.retry_at = None;
+            check.fetch_attempts += 1;
+            self.outputs.push_back(Output::FetchBlob {
+                hash: check.ann.checkpoint_hash,
+                from: Some(check.ann.provider),
+            });
+        }
+    }
 
     fn poll_timeout(&self) -> Option<Time> {
-        None
+        self.retries.first().map(|(due, _)| *due)
     }
 
     fn poll_output(&mut self) -> Option<Output> {

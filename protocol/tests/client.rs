@@ -11,7 +11,7 @@ use common::*;
 use gpuchain_protocol::chain::{ChainTx, EpochEndReason};
 use gpuchain_protocol::client::{JobParams, Phase};
 use gpuchain_protocol::signing::Scheme;
-use gpuchain_protocol::topics::{JOBS_TOPIC, job_topic};
+use gpuchain_protocol::topics::{JOBS_TOPIC, heartbeat_topic, job_topic};
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{
     Client, ClientConfig, Hash, IgnoreReason, Input, Notice, Output, RejectReason, StateMachine,
@@ -87,6 +87,10 @@ fn create_job_submits_create_then_offers_on_job_created() {
     let outs = drain(&mut c);
     assert!(outs.contains(&Output::Subscribe {
         topic: job_topic(job())
+    }));
+    // The job's heartbeats have a topic of their own, which the client alone follows.
+    assert!(outs.contains(&Output::Subscribe {
+        topic: heartbeat_topic(job())
     }));
     let offer = outs.iter().find_map(|o| match o {
         Output::Publish {
@@ -474,8 +478,12 @@ fn last_step_accepted_finishes_and_completion_unsubscribes() {
             refund: U256::from(1),
         }),
     );
-    assert!(drain(&mut c).contains(&Output::Unsubscribe {
+    let outs = drain(&mut c);
+    assert!(outs.contains(&Output::Unsubscribe {
         topic: job_topic(job())
+    }));
+    assert!(outs.contains(&Output::Unsubscribe {
+        topic: heartbeat_topic(job())
     }));
     c.handle_timeout(t(100_000));
     assert!(txs(&drain(&mut c)).is_empty());
@@ -519,9 +527,14 @@ fn restarted_client_rebuilds_from_chain_history() {
     let outs = drain(&mut c);
     assert_eq!(
         outs,
-        vec![Output::Subscribe {
-            topic: job_topic(job())
-        }],
+        vec![
+            Output::Subscribe {
+                topic: job_topic(job())
+            },
+            Output::Subscribe {
+                topic: heartbeat_topic(job())
+            },
+        ],
         "history is not replayed outward"
     );
     let s = c.job_status(job()).unwrap();
@@ -618,4 +631,52 @@ fn an_assign_that_never_confirms_is_given_up_for_the_next_bid() {
     c.handle_input(t(30_600), assigned(1, &k.a, 0, Hash::ZERO));
     let s = c.job_status(job()).unwrap();
     assert_eq!((s.phase, s.provider), (Phase::Running, Some(k.a.address())));
+}
+
+#[test]
+fn own_checkpoint_copy_is_fetched_again_after_a_backoff_then_given_up() {
+    let k = keys();
+    let mut c = running(&k);
+    let h = ckpt(0xa, 50);
+    c.handle_message(t(700), &announce(&k.a, 1, 0, 50, 0xa));
+    drain(&mut c);
+    let fetches = |outs: Vec<Output>| {
+        outs.into_iter()
+            .filter(|o| matches!(o, Output::FetchBlob { hash, .. } if *hash == h))
+            .count()
+    };
+    let failed = Input::BlobFetched { hash: h, ok: false };
+    let mut now = 710;
+    for wait in [200, 400] {
+        c.handle_input(t(now), failed.clone());
+        c.handle_input(t(now), failed.clone()); // one failure, answered twice
+        assert_eq!(fetches(drain(&mut c)), 0, "no fetch before the wait");
+        c.handle_timeout(t(now + wait - 1));
+        assert_eq!(fetches(drain(&mut c)), 0, "not yet due after {wait} ms");
+        c.handle_timeout(t(now + wait));
+        assert_eq!(fetches(drain(&mut c)), 1, "fetched again after {wait} ms");
+        now += wait;
+    }
+    // The third failure is the last try: no more fetches, ever.
+    c.handle_input(t(now), failed);
+    c.handle_timeout(t(now + 60_000));
+    assert_eq!(fetches(drain(&mut c)), 0);
+}
+
+#[test]
+fn own_checkpoint_copy_is_not_fetched_again_once_it_arrived() {
+    let k = keys();
+    let mut c = running(&k);
+    let h = ckpt(0xa, 50);
+    c.handle_message(t(700), &announce(&k.a, 1, 0, 50, 0xa));
+    drain(&mut c);
+    c.handle_input(t(710), Input::BlobFetched { hash: h, ok: false });
+    // Fetched for another role of this node meanwhile.
+    c.handle_input(t(720), Input::BlobFetched { hash: h, ok: true });
+    c.handle_timeout(t(5_000));
+    assert!(
+        !drain(&mut c)
+            .iter()
+            .any(|o| matches!(o, Output::FetchBlob { hash, .. } if *hash == h))
+    );
 }

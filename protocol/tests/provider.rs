@@ -9,7 +9,7 @@ use common::*;
 use gpuchain_protocol::chain::{ChainEvent, EpochEndReason};
 use gpuchain_protocol::io::Output;
 use gpuchain_protocol::signing::{Scheme, SigningKey};
-use gpuchain_protocol::topics::job_topic;
+use gpuchain_protocol::topics::{heartbeat_topic, job_topic};
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{
     Hash, IgnoreReason, Input, Notice, Provider, ProviderConfig, RejectReason, StateMachine, U256,
@@ -115,6 +115,12 @@ fn assignment_starts_training_and_heartbeats_at_once() {
         topic: job_topic(job())
     }));
     assert!(matches!(&published(&outs)[..], [Message::Heartbeat(h)] if h.seq == 1 && h.epoch == 1));
+    // The heartbeat goes on the job's heartbeat topic, which the provider publishes to
+    // without subscribing (only the client listens there).
+    assert!(outs.iter().any(|o| matches!(o,
+        Output::Publish { topic, message: Message::Heartbeat(_) } if *topic == heartbeat_topic(job()))));
+    assert!(!outs.iter().any(|o| matches!(o,
+        Output::Subscribe { topic } if *topic == heartbeat_topic(job()))));
     assert_eq!(p.poll_timeout(), Some(t(200)));
 }
 

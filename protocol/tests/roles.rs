@@ -8,7 +8,7 @@ use gpuchain_protocol::messages::{
     Bid, CheckpointAnnounce, DeviceKind, Hardware, Heartbeat, JobOffer, Vote, state_root,
 };
 use gpuchain_protocol::roles::{RoleConfigs, Roles};
-use gpuchain_protocol::topics::job_topic;
+use gpuchain_protocol::topics::{heartbeat_topic, job_topic};
 use gpuchain_protocol::{
     Address, Checked, Client, ClientConfig, EscrowDomain, Hash, IgnoreReason, Input, JobSpec,
     Message, Output, Provider, ProviderConfig, RejectReason, Scheme, Sig65, SigningKey,
@@ -412,6 +412,9 @@ fn a_restored_client_re_offers_its_open_job() {
     assert!(outs.contains(&Output::Subscribe {
         topic: job_topic(id(1))
     }));
+    assert!(outs.contains(&Output::Subscribe {
+        topic: heartbeat_topic(id(1))
+    }));
     assert!(
         outs.iter()
             .any(|o| matches!(o, Output::Publish { message: Message::JobOffer(o), .. } if o.job_id == id(1))),
@@ -543,7 +546,8 @@ fn restore_rebuilds_every_role_of_one_node() {
         .iter()
         .filter(|o| matches!(o, Output::Subscribe { .. }))
         .collect();
-    // Replayed subscriptions first (provider's job 2, verifier's job 3), then the client's.
+    // Replayed subscriptions first (provider's job 2, verifier's job 3), then the client's:
+    // its job's topic and the job's heartbeats, which only the client follows.
     assert_eq!(
         subs,
         vec![
@@ -555,6 +559,9 @@ fn restore_rebuilds_every_role_of_one_node() {
             },
             &Output::Subscribe {
                 topic: job_topic(id(1))
+            },
+            &Output::Subscribe {
+                topic: heartbeat_topic(id(1))
             },
         ]
     );

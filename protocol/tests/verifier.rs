@@ -15,6 +15,7 @@ use gpuchain_protocol::wire::{Message, Vote};
 use gpuchain_protocol::{
     Hash, IgnoreReason, Input, RejectReason, StateMachine, Verdict, Verifier, VerifierConfig,
 };
+use std::time::Duration;
 
 fn verifier(key: &SigningKey, k: &Keys) -> Verifier {
     let mut v = Verifier::new(VerifierConfig::new(domain(), 42), key.clone());
@@ -95,11 +96,15 @@ fn passing_checkpoint_is_fetched_tested_and_voted_accept() {
         },
     );
     let outs = drain(&mut v);
+    // The runner is told the job's spec and the state the announce committed to, so it
+    // keeps no tables of its own.
     assert!(outs.contains(&Output::RunQualityTest {
         job_id: job(),
+        spec_hash: spec().spec_hash(),
         epoch: 1,
         step: 50,
         checkpoint_hash: ckpt(0xa, 50),
+        committed_state: *states(0xa, 0, 50).last().unwrap(),
         baseline: Hash::ZERO,
         baseline_step: 0,
     }));
@@ -213,41 +218,82 @@ fn non_finite_metrics_fail_and_spot_check_failure_rejects() {
 }
 
 #[test]
-fn unavailable_checkpoint_is_retried_then_rejected() {
+fn unavailable_checkpoint_is_retried_after_a_backoff_then_rejected() {
     let k = keys();
     let mut v = verifier(&k.v1, &k);
     v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa));
     drain(&mut v);
-    for attempt in 1..3 {
-        v.handle_input(
-            t(2),
-            Input::BlobFetched {
-                hash: ckpt(0xa, 50),
-                ok: false,
-            },
-        );
-        let outs = drain(&mut v);
+    let failed = Input::BlobFetched {
+        hash: ckpt(0xa, 50),
+        ok: false,
+    };
+    let refetch = Output::FetchBlob {
+        hash: ckpt(0xa, 50),
+        from: Some(k.a.address()),
+    };
+    let mut now = 2_000;
+    // The default policy: three tries, 200 ms then 400 ms apart.
+    for (attempt, wait_ms) in [(1, 200u64), (2, 400)] {
+        v.handle_input(t(now), failed.clone());
         assert!(
-            outs.contains(&Output::FetchBlob {
-                hash: ckpt(0xa, 50),
-                from: Some(k.a.address())
-            }),
-            "retry {attempt}"
+            drain(&mut v).is_empty(),
+            "try {attempt} failed: no fetch at once"
         );
+        // A second answer to the same failed fetch arms nothing twice.
+        v.handle_input(t(now), failed.clone());
+        let due = now + wait_ms;
+        assert_eq!(v.poll_timeout(), Some(t(due)), "try {attempt}");
+        v.handle_timeout(t(due - 1));
+        assert!(drain(&mut v).is_empty(), "try {attempt}: not yet due");
+        v.handle_timeout(t(due));
+        assert_eq!(drain(&mut v), vec![refetch.clone()], "try {attempt}");
+        now = due;
     }
-    v.handle_input(
-        t(3),
-        Input::BlobFetched {
-            hash: ckpt(0xa, 50),
-            ok: false,
-        },
-    );
+    assert_eq!(v.poll_timeout(), None);
+    v.handle_input(t(now), failed);
     assert_eq!(
         votes(&drain(&mut v))
             .iter()
             .map(|v| v.accept)
             .collect::<Vec<_>>(),
         vec![false]
+    );
+    assert_eq!(v.poll_timeout(), None);
+}
+
+#[test]
+fn a_fetch_that_succeeds_elsewhere_cancels_the_retry() {
+    let k = keys();
+    let mut v = verifier(&k.v1, &k);
+    v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa));
+    drain(&mut v);
+    let now = t(2_000);
+    v.handle_input(
+        now,
+        Input::BlobFetched {
+            hash: ckpt(0xa, 50),
+            ok: false,
+        },
+    );
+    // The node's client role fetched the same blob meanwhile.
+    v.handle_input(
+        now,
+        Input::BlobFetched {
+            hash: ckpt(0xa, 50),
+            ok: true,
+        },
+    );
+    assert!(
+        drain(&mut v)
+            .iter()
+            .any(|o| matches!(o, Output::RunQualityTest { .. }))
+    );
+    v.handle_timeout(now + Duration::from_secs(10));
+    assert!(
+        !drain(&mut v)
+            .iter()
+            .any(|o| matches!(o, Output::FetchBlob { .. })),
+        "a cancelled retry fetched again"
     );
 }
 

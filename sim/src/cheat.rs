@@ -71,12 +71,19 @@ pub fn quality_ok(
     prev_accuracy: f64,
     q: &crate::config::JobConfig,
 ) -> bool {
+    // The thresholds are judged by the protocol's one rule, as the node's verifier does.
+    let thresholds = gpuchain_protocol::spec::QualityThresholds {
+        min_accuracy: q.min_accuracy,
+        after_step: q.min_accuracy_after_step,
+        max_accuracy_drop: q.max_accuracy_drop,
+        max_loss: q.max_loss,
+        spot_check_steps: 0,
+        spot_check_tolerance: 0.0,
+    };
     o.metadata_matches
-        && o.loss.is_finite()
-        && o.accuracy.is_finite()
-        && o.loss <= q.max_loss
-        && (step < q.min_accuracy_after_step || o.accuracy >= q.min_accuracy)
-        && o.accuracy + q.max_accuracy_drop >= prev_accuracy
+        && thresholds
+            .failures(step, o.accuracy, o.loss, Some(prev_accuracy))
+            .is_empty()
 }
 
 #[cfg(test)]

@@ -353,6 +353,14 @@ impl Checker {
     }
 
     /// After every event: the books balance and no job outlived its deadline + grace.
+    /// Whether [`Checker::after_event`] has anything to look at: a failure noted, a block
+    /// executed, or a deadline come due. Most events are none of these.
+    pub fn due(&self, now_s: u64, chain_changed: bool) -> bool {
+        self.pending.is_some()
+            || chain_changed
+            || self.watch.first().is_some_and(|(due, _)| *due <= now_s)
+    }
+
     pub fn after_event(&mut self, w: &World, chain_changed: bool) -> Result<(), Failure> {
         if let Some(f) = self.pending.take() {
             return Err(f);

@@ -97,12 +97,6 @@ pub struct ProtocolConfig {
     /// Idle providers an offer reaches before its bid window closes (a gossip mesh reaches
     /// some, not all, of 10,000 peers in half a second).
     pub offer_fanout: u32,
-    /// Deliver heartbeats only to the job's client, as on a heartbeat channel that only
-    /// clients subscribe to, instead of to every subscriber of the job's topic as the node
-    /// does today. The verifiers there do nothing with a heartbeat, so this drops deliveries
-    /// no machine acts on (three in four with three verifiers); the run differs from one
-    /// without it only through the network's draws. For runs whose cost is heartbeats.
-    pub client_only_heartbeats: bool,
     /// Provider stake, token units (also the escrow's minStake).
     pub stake: u128,
     /// How the protocol machines sign: `secp256k1`, what the node does,
@@ -262,7 +256,6 @@ impl Default for ProtocolConfig {
             bid_window_ms: 500,
             bid_ttl_s: 60,
             offer_fanout: 32,
-            client_only_heartbeats: false,
             stake: 10 * USDC,
             signatures: gpuchain_protocol::signing::Scheme::Secp256k1,
         }
@@ -397,6 +390,14 @@ impl SimConfig {
                     "driver",
                     "no longer a setting: every run plays the roles with the protocol \
                      crate's machines (the simulator's stand-ins were removed); delete the line",
+                );
+            }
+            if message.contains("unknown field `client_only_heartbeats`") {
+                return bad(
+                    "protocol.client_only_heartbeats",
+                    "no longer a setting: heartbeats go on their job's heartbeat topic \
+                     (gpuchain/1/job/<id>/heartbeats), which only the job's client subscribes \
+                     to, in every run; delete the line",
                 );
             }
             // toml names the key in its message; keep its words, they point at the line.
@@ -637,6 +638,10 @@ mod tests {
         let e = SimConfig::from_toml("driver = \"stand-in\"").expect_err("stand-ins are gone");
         assert_eq!(e.field, "driver");
         assert!(e.reason.contains("protocol crate's machines"), "{e}");
+        let e = SimConfig::from_toml("[protocol]\nclient_only_heartbeats = true")
+            .expect_err("heartbeats have their own topic now");
+        assert_eq!(e.field, "protocol.client_only_heartbeats");
+        assert!(e.reason.contains("heartbeat topic"), "{e}");
         let e = SimConfig::from_toml("duration_s = \"long\"").expect_err("type");
         assert!(e.to_string().contains("duration_s"), "{e}");
         let e = SimConfig::from_toml("[[script]]\nat_s = 1.0\nprovider = \"Z\"\naction = \"kill\"")

@@ -49,6 +49,15 @@ struct TrainRun {
     started: Option<Millis>,
 }
 
+impl TrainRun {
+    /// The step reached at `now` training at `rate` steps/s (`None` before it starts).
+    fn progress(&self, now: Millis, rate: f64) -> Option<Step> {
+        let t0 = self.started?;
+        let done = ((now - t0) as f64 / 1000.0 * rate).floor() as u64;
+        Some((self.from_step + done).min(self.until))
+    }
+}
+
 pub struct Driver {
     /// Each node's machines; `None` while its process is down.
     pub machines: Vec<Option<Roles>>,
@@ -59,6 +68,8 @@ pub struct Driver {
     /// Subscribers per topic (looked up on every publication; never iterated in an order
     /// that matters, so a hash map).
     subs: HashMap<String, BTreeSet<NodeId>>,
+    /// A publication's receivers, reused from one publication to the next.
+    scratch: Vec<NodeId>,
     to_id: HashMap<B256, Hash>,
     to_b256: HashMap<Hash, B256>,
     domain: EscrowDomain,
@@ -95,6 +106,11 @@ pub struct CryptoCounts {
     pub delivered: BTreeMap<&'static str, u64>,
     /// Bid and vote signatures sent to the escrow model in `assign` and decisions.
     pub recovered_on_chain: u64,
+    /// Heartbeats handed to a node other than their job's client. None are: a job's
+    /// heartbeats go on its heartbeat topic, and only the client subscribes to it
+    /// (`tests/protocol_driver.rs`). Not part of the report.
+    #[serde(skip)]
+    pub heartbeats_off_client: u64,
 }
 
 impl CryptoCounts {
@@ -188,6 +204,7 @@ impl Driver {
             addresses,
             nodes,
             subs: HashMap::new(),
+            scratch: Vec::new(),
             to_id: HashMap::new(),
             to_b256: HashMap::new(),
             domain,
@@ -332,7 +349,17 @@ impl World {
         let Some(m) = d.machines[node as usize].as_mut() else {
             return;
         };
-        if let Some(t) = m.poll_timeout() {
+        let next = m.poll_timeout();
+        self.arm(node, next);
+    }
+
+    /// Arms the node's poll timer for the machine's next timeout `next`, unless an earlier
+    /// one is armed already.
+    fn arm(&mut self, node: NodeId, next: Option<Time>) {
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        if let Some(t) = next {
             // Never zero delay: a machine that keeps reporting a due timeout must not spin
             // the clock in place.
             let at = t.as_millis().max(self.now + 1);
@@ -347,18 +374,16 @@ impl World {
     fn execute(&mut self, node: NodeId, out: Output) {
         match out {
             Output::Publish { topic, message } => {
-                let clients = self.cfg.clients;
-                let client_only = self.cfg.protocol.client_only_heartbeats
-                    && matches!(message, Message::Heartbeat(_));
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
                 *d.crypto.signed.entry(kind(&message)).or_default() += 1;
-                let mut subs: Vec<NodeId> = d
-                    .subs
-                    .get(&topic)
-                    .map(|s| s.iter().copied().filter(|to| *to != node).collect())
-                    .unwrap_or_default();
+                // A scratch list, reused: one publication after another would allocate one.
+                let mut subs = std::mem::take(&mut d.scratch);
+                subs.clear();
+                if let Some(s) = d.subs.get(&topic) {
+                    subs.extend(s.iter().copied().filter(|to| *to != node));
+                }
                 // The jobs topic spans every provider: within a bid window a mesh reaches
                 // some of them, `offer_fanout` drawn at random (all of them in small swarms).
                 let fanout = self.cfg.protocol.offer_fanout as usize;
@@ -370,18 +395,18 @@ impl World {
                     subs.truncate(fanout);
                     subs.sort_unstable();
                 }
-                if client_only {
-                    // Node ids below `clients` are the clients.
-                    subs.retain(|to| *to < clients);
-                }
                 // Checked once for every receiver. A publication that fails the stateless
                 // checks would be refused by each receiver without effect: it goes nowhere.
                 let Ok(checked) = Checked::new(message, &d.domain, d.scheme) else {
+                    d.scratch = subs;
                     return;
                 };
                 let msg = std::rc::Rc::new(checked);
-                for to in subs {
-                    self.send(node, to, Msg::Wire(msg.clone()));
+                for to in &subs {
+                    self.send(node, *to, Msg::Wire(msg.clone()));
+                }
+                if let Some(d) = self.driver.as_mut() {
+                    d.scratch = subs;
                 }
             }
             Output::Subscribe { topic } => {
@@ -394,6 +419,11 @@ impl World {
                     && let Some(s) = d.subs.get_mut(&topic)
                 {
                     s.remove(&node);
+                    // An ended job's topics go with their last subscriber, so a provider's
+                    // death walks the live topics only, not every job of the run.
+                    if s.is_empty() {
+                        d.subs.remove(&topic);
+                    }
                 }
             }
             Output::SubmitTx { id, tx } => self.submit_chain_tx(node, id, tx),
@@ -627,6 +657,14 @@ impl World {
             return;
         }
         *d.crypto.delivered.entry(kind(msg.message())).or_default() += 1;
+        if let Message::Heartbeat(h) = msg.message()
+            && job_u64(h.job_id)
+                .and_then(|job| self.book(job))
+                .is_none_or(|b| b.client != to)
+            && let Some(d) = self.driver.as_mut()
+        {
+            d.crypto.heartbeats_off_client += 1;
+        }
         if let Message::JobOffer(o) = msg.message()
             && let Some(job) = job_u64(o.job_id)
         {
@@ -710,6 +748,18 @@ impl World {
                     return;
                 }
                 d.armed[node as usize] = None;
+                // Armed for a deadline that has moved on since (a client's failure detector
+                // moves with every heartbeat): nothing is due, so the machine is not woken
+                // (`poll_timeout` is the earliest time `handle_timeout` has something to do);
+                // only the timer is armed again.
+                let Some(m) = d.machines[node as usize].as_ref() else {
+                    return;
+                };
+                let next = m.poll_timeout();
+                if next.is_none_or(|t| t.as_millis() > self.now) {
+                    self.arm(node, next);
+                    return;
+                }
                 self.report_progress(node);
                 self.feed(node, |m, now| m.handle_timeout(now));
             }
@@ -819,40 +869,39 @@ impl World {
     /// reporting at that moment is what it sees, without an event per report.
     fn report_progress(&mut self, node: NodeId) {
         let now = self.now_t();
-        let Some(d) = self.driver.as_ref() else {
+        let Some(rate) = self
+            .provider_index(node)
+            .and_then(|p| self.providers[p].rate)
+        else {
             return;
         };
-        let reports: Vec<Input> = d
+        let job_cfg = &self.cfg.job;
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        let Some(m) = d.machines[node as usize].as_mut() else {
+            return;
+        };
+        // Fed without draining: the handle_timeout that follows executes what they ask for
+        // and arms the one timer.
+        for r in d
             .training
             .range((node, JobId::MIN)..=(node, JobId::MAX))
-            .filter_map(|(_, r)| {
-                let step = self.run_progress(node, r.job, r.epoch)?;
-                Some(Input::StepDone {
+            .map(|(_, r)| r)
+        {
+            let Some(step) = r.progress(self.now, rate) else {
+                continue;
+            };
+            m.handle_input(
+                now,
+                Input::StepDone {
                     job_id: job_u256(r.job),
                     epoch: r.epoch,
                     step,
-                    loss: training::loss_at(&self.cfg.job, step as f64) as f32,
-                })
-            })
-            .collect();
-        // Fed without draining: the handle_timeout that follows executes what they ask for
-        // and arms the one timer.
-        if let Some(Some(m)) = self.driver.as_mut().map(|d| &mut d.machines[node as usize]) {
-            for input in reports {
-                m.handle_input(now, input);
-            }
+                    loss: training::loss_at(job_cfg, step as f64) as f32,
+                },
+            );
         }
-    }
-
-    fn run_progress(&self, node: NodeId, job: JobId, epoch: Epoch) -> Option<Step> {
-        let run = self.driver.as_ref()?.training.get(&(node, job))?;
-        if run.job != job || run.epoch != epoch {
-            return None;
-        }
-        let rate = self.providers[self.provider_index(node)?].rate?;
-        let t0 = run.started?;
-        let done = ((self.now - t0) as f64 / 1000.0 * rate).floor() as u64;
-        Some((run.from_step + done).min(run.until))
     }
 
     fn schedule_run_checkpoint(&mut self, node: NodeId, job: JobId, epoch: Epoch, step: Step) {
@@ -1111,9 +1160,10 @@ impl World {
         };
         d.machines[node as usize] = None;
         d.armed[node as usize] = None;
-        for s in d.subs.values_mut() {
+        d.subs.retain(|_, s| {
             s.remove(&node);
-        }
+            !s.is_empty()
+        });
         for f in d.followers.values_mut() {
             f.remove(&node);
         }

@@ -87,7 +87,7 @@ pub enum Event {
     Block,
     Chain {
         to: NodeId,
-        event: Box<escrow::Event>,
+        event: std::rc::Rc<escrow::Event>,
     },
     TxFailed {
         to: NodeId,
@@ -398,6 +398,9 @@ impl World {
             }
             let chain_changed = matches!(ev, Event::Block);
             self.dispatch(ev);
+            if !self.checker.due(self.chain_time_s(), chain_changed) {
+                continue;
+            }
             let mut checker = std::mem::take(&mut self.checker);
             let checked = checker.after_event(self, chain_changed);
             self.checker = checker;
@@ -547,13 +550,16 @@ impl World {
             .map_or_else(Vec::new, |c| self.drive_recipients(job, c));
         to.sort_unstable();
         to.dedup();
+        // One copy of the event, shared by its deliveries (dozens, with the providers
+        // following the job).
+        let event = std::rc::Rc::new(e.clone());
         for n in to {
             let d = self.net.latency_ms(&mut self.net_rng);
             self.at(
                 d,
                 Event::Chain {
                     to: n,
-                    event: Box::new(e.clone()),
+                    event: event.clone(),
                 },
             );
         }

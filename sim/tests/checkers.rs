@@ -49,8 +49,15 @@ fn paying_a_fenced_epoch_is_caught() {
         skip_epoch_check: true,
         ..Bugs::default()
     };
-    let (_, checker, text) = first_failure(&presets::faults(), bugs, 1..40)
-        .expect("some seed decides on a fenced epoch");
+    // Lost gossip (loss, partitions) can stall a job on the machines (README, "Not done
+    // yet"), which the liveness checker rightly reports, and which seed that hits first
+    // moves with every change to the network's draws. This test is about the epoch check,
+    // so it runs the mix without lost gossip, as the many-seeds test does.
+    let mut cfg = presets::faults();
+    cfg.network.loss = 0.0;
+    cfg.network.partition_every_s = 0.0;
+    let (_, checker, text) =
+        first_failure(&cfg, bugs, 1..40).expect("some seed decides on a fenced epoch");
     assert_eq!(checker, NO_JUNK_PAID, "{text}");
 }
 

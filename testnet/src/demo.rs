@@ -11,8 +11,9 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::events::{after, event_time, field, is_event};
-use crate::{ChainOpts, JobSubmission, Testnet, U256, USDC, poll_until};
+use crate::events::{NodeEvent, after};
+use crate::record::{RECORD_FILE, write_record};
+use crate::{ChainOpts, JobSubmission, Testnet, U256, USDC, event_is, poll_until};
 
 pub const TOTAL_STEPS: u64 = 400;
 pub const INTERVAL: u64 = 50;
@@ -78,14 +79,6 @@ pub fn usdc(v: U256) -> String {
 
 fn ms_between(a: SystemTime, b: SystemTime) -> u64 {
     b.duration_since(a).unwrap_or_default().as_millis() as u64
-}
-
-fn u64_of(e: &Value, key: &str) -> Option<u64> {
-    field(e, key).and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
-}
-
-fn f64_of(e: &Value, key: &str) -> Option<f64> {
-    field(e, key).and_then(Value::as_f64)
 }
 
 fn progress(msg: &str) {
@@ -210,43 +203,62 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
 
     let wait = Duration::from_secs(10);
     // The record is read from the logs: let the client's follower log the final block first.
-    net.wait_event("client", is_event("chain_completed"), wait)
+    net.wait_event("client", event_is!(ChainCompleted), wait)
         .await?;
     let lost = net
-        .wait_event("client", after(kill_time, is_event("provider_lost")), wait)
+        .wait_event("client", after(kill_time, event_is!(ProviderLost)), wait)
         .await?;
     let p_first = net
-        .wait_event("P", after(kill_time, is_event("first_step")), wait)
+        .wait_event("P", after(kill_time, event_is!(FirstStep)), wait)
         .await?;
     let b_first = net
-        .wait_event("B", after(kill_time, is_event("first_step")), wait)
+        .wait_event("B", after(kill_time, event_is!(FirstStep)), wait)
         .await?;
-    let junk_announce = net
-        .wait_event("P", is_event("checkpoint_announced"), wait)
-        .await?;
-    let rejected = net
-        .wait_event("client", is_event("chain_rejected"), wait)
-        .await?;
-    let junk_hash = field(&junk_announce, "checkpoint").cloned();
-    let junk_quality = net
-        .wait_event(
-            "verifier-1",
-            |e| is_event("quality_test")(e) && field(e, "checkpoint") == junk_hash.as_ref(),
-            wait,
-        )
-        .await?;
-    let final_quality = net
-        .wait_event(
-            "verifier-1",
-            |e| {
-                is_event("quality_test")(e)
-                    && u64_of(e, "step") == Some(TOTAL_STEPS)
-                    && field(e, "pass").and_then(Value::as_bool) == Some(true)
+    let (junk_announced, junk_hash) = net
+        .wait_for(
+            "P",
+            |e| match &e.event {
+                NodeEvent::CheckpointAnnounced { checkpoint, .. } => {
+                    Some((e.at, checkpoint.clone()))
+                }
+                _ => None,
             },
             wait,
         )
         .await?;
-    let t = |e: &Value| event_time(e).context("event without a timestamp");
+    let rejected = net
+        .wait_event("client", event_is!(ChainRejected), wait)
+        .await?;
+    let (junk_accuracy, previous_accuracy) = net
+        .wait_for(
+            "verifier-1",
+            |e| match &e.event {
+                NodeEvent::QualityTest {
+                    checkpoint,
+                    accuracy,
+                    previous_accuracy,
+                    ..
+                } if *checkpoint == junk_hash => Some((*accuracy, *previous_accuracy)),
+                _ => None,
+            },
+            wait,
+        )
+        .await?;
+    let final_accuracy = net
+        .wait_for(
+            "verifier-1",
+            |e| match &e.event {
+                NodeEvent::QualityTest {
+                    step: TOTAL_STEPS,
+                    pass: true,
+                    accuracy,
+                    ..
+                } => Some(*accuracy),
+                _ => None,
+            },
+            wait,
+        )
+        .await?;
 
     let c = net.chain()?;
     let addr = |n: &str| net.node(n).map(crate::NodeProc::eth_address);
@@ -275,13 +287,13 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
         killed_at_step: reported,
         last_accepted_before_kill: accepted,
         steps_lost: reported.saturating_sub(accepted),
-        detect_ms: ms_between(kill_time, t(&lost)?),
-        training_again_ms: ms_between(kill_time, t(&p_first)?),
-        honest_training_again_ms: ms_between(kill_time, t(&b_first)?),
-        verifying_junk_ms: ms_between(t(&junk_announce)?, t(&rejected)?),
-        junk_accuracy: f64_of(&junk_quality, "accuracy"),
-        previous_accuracy: f64_of(&junk_quality, "previous_accuracy"),
-        final_accuracy: f64_of(&final_quality, "accuracy"),
+        detect_ms: ms_between(kill_time, lost.at),
+        training_again_ms: ms_between(kill_time, p_first.at),
+        honest_training_again_ms: ms_between(kill_time, b_first.at),
+        verifying_junk_ms: ms_between(junk_announced, rejected.at),
+        junk_accuracy: Some(junk_accuracy),
+        previous_accuracy,
+        final_accuracy: Some(final_accuracy),
         eval_examples: 2000,
         paid_a: usdc(paid_a),
         paid_p: usdc(paid_p),
@@ -366,40 +378,10 @@ impl DemoReport {
             "\n  paid + refunded == budget: {}   wall time {} s   run record: {}\n",
             if self.conserved { "yes" } else { "NO" },
             self.wall_secs,
-            self.run_dir.join("record.jsonl").display()
+            self.run_dir.join(RECORD_FILE).display()
         ));
         out
     }
-}
-
-/// Merges every node's events (and the harness's own, e.g. faults it fired, each with a
-/// `timestamp_us`) into one time-ordered JSON-lines record.
-pub fn write_record(net: &Testnet, run_dir: &Path, extra: &[Value]) -> Result<PathBuf> {
-    let mut all: Vec<(u64, Value)> = extra
-        .iter()
-        .map(|e| (e["timestamp_us"].as_u64().unwrap_or(0), e.clone()))
-        .collect();
-    for n in net.nodes() {
-        for mut e in n.events()? {
-            if field(&e, "event").is_none() {
-                continue;
-            }
-            let at = crate::event_micros(&e).unwrap_or(0);
-            if let Some(obj) = e.as_object_mut() {
-                obj.insert("node".into(), Value::String(n.name().to_string()));
-            }
-            all.push((at, e));
-        }
-    }
-    all.sort_by_key(|(at, _)| *at);
-    let path = run_dir.join("record.jsonl");
-    let mut text = String::new();
-    for (_, e) in all {
-        text.push_str(&e.to_string());
-        text.push('\n');
-    }
-    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(path)
 }
 
 #[cfg(test)]

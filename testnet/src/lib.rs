@@ -1,7 +1,8 @@
 //! A local gpuchain network for end-to-end tests and `gpuchain testnet`: anvil with the real
 //! contracts ([`Chain`]) and real `gpuchain node` processes on loopback ([`Testnet`]), with
 //! readiness waits, fault injection (kill -9, SIGTERM, SIGSTOP/SIGCONT, restart), node logs
-//! read back as JSON events, and teardown that leaves no process behind. See README.md.
+//! read back as typed events ([`Logged`], matched on [`NodeEvent`]), and teardown that leaves
+//! no process behind. See README.md.
 //!
 //! ```rust,ignore
 //! let dir = tempfile::tempdir()?;
@@ -9,25 +10,27 @@
 //! net.spawn(NodeSpec::new("a")).await?;
 //! net.spawn(NodeSpec::new("b")).await?; // bootstraps from "a"
 //! let killed_at = net.kill9("b")?;
-//! let seen = net.wait_event("a", is_event("provider_lost"), Duration::from_secs(10)).await?;
-//! let latency = event_time(&seen).and_then(|t| t.duration_since(killed_at).ok());
+//! let seen = net.wait_event("a", event_is!(ProviderLost), Duration::from_secs(10)).await?;
+//! let latency = seen.at.duration_since(killed_at)?;
 //! ```
 
 mod chain;
 pub mod demo;
 pub mod events;
+mod launch;
 mod node;
 mod process;
+pub mod record;
 pub mod scenario;
 mod testnet;
+mod wait;
 
 pub use chain::{Chain, ChainOpts, ETH, USDC};
-pub use events::{
-    NodeEvent, after, event_micros, event_name, event_time, field, field_str, is_event, node_event,
-};
+pub use events::{Logged, NodeEvent, after, line_time, node_event, read_events, read_log};
 pub use node::{API_TIMEOUT, Bootstrap, NodeProc, NodeSpec};
 pub use process::{Signal, pid_alive, signal};
-pub use testnet::{JobSubmission, PASSWORD, STOP_GRACE, Testnet, binary, poll_until};
+pub use testnet::{JobSubmission, PASSWORD, STOP_GRACE, Testnet, binary};
+pub use wait::poll_until;
 
 #[doc(no_inline)]
 pub use alloy::primitives::{Address, U256};

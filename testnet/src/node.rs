@@ -12,6 +12,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde_json::Value;
 
 use crate::chain::{ETH, USDC, tail_bytes};
+use crate::events::Logged;
 use crate::process::{Proc, Signal};
 
 /// Where a node finds the swarm.
@@ -229,14 +230,9 @@ impl NodeProc {
         tail_bytes(&self.log, max)
     }
 
-    /// Every JSON line of the node's log (all runs), in order.
-    pub fn events(&self) -> Result<Vec<Value>> {
-        crate::events::read_log(&self.log)
-    }
-
-    /// The first log line matching `pred`, if any.
-    pub fn find_event(&self, pred: impl Fn(&Value) -> bool) -> Result<Option<Value>> {
-        Ok(self.events()?.into_iter().find(|v| pred(v)))
+    /// Every event in the node's log (all runs), in order.
+    pub fn events(&self) -> Result<Vec<Logged>> {
+        crate::events::read_events(&self.log)
     }
 
     /// A client of the node's control API (address and token of the latest run).

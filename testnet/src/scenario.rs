@@ -7,12 +7,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::demo::usdc;
+use crate::record::{HARNESS, HarnessEvent, RECORD_FILE, RecordLine, Recorded, write_record};
+use crate::{ChainOpts, JobSubmission, Testnet, U256, USDC, poll_until};
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-
-use crate::demo::{usdc, write_record};
-use crate::{ChainOpts, JobSubmission, Testnet, U256, USDC, poll_until};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -199,7 +198,8 @@ pub struct ScenarioReport {
     pub outcome: String,
     pub epochs: u64,
     pub last_accepted_step: u64,
-    pub faults_fired: Vec<Value>,
+    /// The faults as they fired, as they are in the run record.
+    pub faults_fired: Vec<RecordLine>,
     /// Withdrawable per node, in USDC, read from the chain.
     pub withdrawable: Vec<(String, String)>,
     pub stakes: Vec<(String, String)>,
@@ -213,7 +213,17 @@ impl ScenarioReport {
             self.name, self.job_id, self.outcome, self.epochs, self.last_accepted_step
         );
         for f in &self.faults_fired {
-            out.push_str(&format!("  fault  {f}\n"));
+            if let Some(HarnessEvent::ScenarioFault {
+                action,
+                target_node,
+                at_step,
+                at_secs,
+            }) = f.harness_event()
+            {
+                out.push_str(&format!(
+                    "  fault  {action:?} {target_node} at step {at_step} ({at_secs:.1} s)\n"
+                ));
+            }
         }
         for (n, w) in &self.withdrawable {
             out.push_str(&format!("  {n:<12} withdrawable {w} USDC\n"));
@@ -224,7 +234,7 @@ impl ScenarioReport {
         out.push_str(&format!(
             "  wall time {} s; record {}\n",
             self.wall_secs,
-            self.run_dir.join("record.jsonl").display()
+            self.run_dir.join(RECORD_FILE).display()
         ));
         out
     }
@@ -247,8 +257,7 @@ pub async fn run(path: &Path, run_dir: &Path, binary: &Path) -> Result<ScenarioR
     let mut net = Testnet::with_new_chain(run_dir, binary, ChainOpts::default()).await?;
     let mut fired = Vec::new();
     let result = play(&mut net, &scenario, &job_file, run_dir, &mut fired).await;
-    let extra: Vec<Value> = fired.clone();
-    if let Err(e) = write_record(&net, run_dir, &extra) {
+    if let Err(e) = write_record(&net, run_dir, &fired) {
         eprintln!("[scenario] could not write the run record: {e:#}");
     }
     net.stop_all().await;
@@ -260,7 +269,7 @@ async fn play(
     s: &Scenario,
     job_file: &Path,
     run_dir: &Path,
-    fired: &mut Vec<Value>,
+    fired: &mut Vec<RecordLine>,
 ) -> Result<ScenarioReport> {
     let started = Instant::now();
     // The client first: everyone else bootstraps from the first node.
@@ -347,19 +356,16 @@ async fn play(
                     net.stop(&f.node).await?;
                 }
             }
-            let at = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_micros() as u64)
-                .unwrap_or(0);
-            let ev = json!({
-                "timestamp_us": at,
-                "node": "harness",
-                "event": "scenario_fault",
-                "action": f.action,
-                "target": f.node,
-                "at_step": step,
-                "at_secs": elapsed,
-            });
+            let ev = RecordLine {
+                node: HARNESS.into(),
+                timestamp_us: crate::events::unix_micros(std::time::SystemTime::now())?,
+                event: Recorded::Harness(HarnessEvent::ScenarioFault {
+                    action: f.action,
+                    target_node: f.node.clone(),
+                    at_step: step,
+                    at_secs: elapsed,
+                }),
+            };
             eprintln!(
                 "[scenario] {:?} {} at step {step} ({elapsed:.1} s)",
                 f.action, f.node

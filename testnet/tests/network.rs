@@ -8,10 +8,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use gpuchain_testnet::{
-    Chain, ChainOpts, ETH, NodeSpec, PrivateKeySigner, Testnet, U256, USDC, after, binary,
-    event_micros, event_name, event_time, field_str, is_event, pid_alive, poll_until,
+    Chain, ChainOpts, ETH, NodeEvent, NodeSpec, PrivateKeySigner, Testnet, U256, USDC, after,
+    binary, event_is, pid_alive, poll_until,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -77,22 +77,22 @@ async fn three_nodes_on_a_chain_faults_and_teardown() -> Result<()> {
         );
     }
 
-    // Events come back from the JSON log with their fields and a parseable timestamp.
-    let started = net.wait_event("b", is_event("started"), WAIT).await?;
-    assert_eq!(
-        field_str(&started, "peer_id"),
-        Some(net.node("b")?.peer_id())
-    );
-    let at = event_time(&started).context("started has a timestamp")?;
-    assert!(at >= t0 && at <= SystemTime::now(), "{started}");
-    let boot = net.wait_event("b", is_event("bootstrapped"), WAIT).await?;
-    assert!(event_micros(&boot) >= event_micros(&started));
-    assert!(
-        net.node("a")?
-            .events()?
-            .iter()
-            .any(|e| event_name(e) == Some("listening"))
-    );
+    // Events come back from the JSON log typed, with the time the node wrote them.
+    let (at, peer_id) = net
+        .wait_for(
+            "b",
+            |e| match &e.event {
+                NodeEvent::Started { peer_id, .. } => Some((e.at, peer_id.clone())),
+                _ => None,
+            },
+            WAIT,
+        )
+        .await?;
+    assert_eq!(peer_id, net.node("b")?.peer_id());
+    assert!(at >= t0 && at <= SystemTime::now(), "started at {at:?}");
+    let boot = net.wait_event("b", event_is!(Bootstrapped), WAIT).await?;
+    assert!(boot.at >= at);
+    assert!(net.node("a")?.events()?.iter().any(event_is!(Listening)));
 
     // kill -9: c is gone, a and b still answer.
     let c_pid = net.node("c")?.pid();
@@ -132,15 +132,15 @@ async fn three_nodes_on_a_chain_faults_and_teardown() -> Result<()> {
     })
     .await?;
     let rejoined = net
-        .wait_event("c", after(c_started, is_event("bootstrapped")), WAIT)
+        .wait_event("c", after(c_started, event_is!(Bootstrapped)), WAIT)
         .await?;
-    assert!(event_time(&rejoined).is_some_and(|t| t >= c_started));
+    assert!(rejoined.at >= c_started);
     // Its log holds both runs: two "started" events.
     let starts = net
         .node("c")?
         .events()?
         .iter()
-        .filter(|e| is_event("started")(e))
+        .filter(|e| event_is!(Started)(e))
         .count();
     assert_eq!(starts, 2);
 

@@ -6,23 +6,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 use gpuchain_testnet::demo::{self, BUDGET, INTERVAL, PRICE_A, PRICE_B, TOTAL_STEPS, usdc};
-use gpuchain_testnet::{U256, binary, field};
-use serde_json::Value;
-
-fn record(path: &Path) -> Result<Vec<Value>> {
-    let text = std::fs::read_to_string(path)?;
-    text.lines()
-        .map(|l| serde_json::from_str(l).with_context(|| format!("bad record line {l}")))
-        .collect()
-}
-
-fn num(e: &Value, key: &str) -> Option<u64> {
-    field(e, key).and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
-}
-
-fn text<'a>(e: &'a Value, key: &str) -> Option<&'a str> {
-    field(e, key).and_then(Value::as_str)
-}
+use gpuchain_testnet::record::{RECORD_FILE, read_record};
+use gpuchain_testnet::{NodeEvent, U256, binary};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn demo_prints_figures_that_match_the_record_and_the_chain() -> Result<()> {
@@ -49,27 +34,34 @@ async fn demo_prints_figures_that_match_the_record_and_the_chain() -> Result<()>
     ensure!(report.conserved, "paid + refunded != budget");
 
     // What the table says is what the record and the chain say.
-    let events = record(&dir.join("record.jsonl"))?;
-    let of = |node: &str, name: &str| -> Vec<&Value> {
-        events
+    let record = read_record(&dir.join(RECORD_FILE))?;
+    // Every event the named node logged, in time order.
+    let of = |node: &str| -> Vec<&NodeEvent> {
+        record
             .iter()
-            .filter(|e| text(e, "node") == Some(node) && text(e, "event") == Some(name))
+            .filter(|l| l.node == node)
+            .filter_map(|l| l.node_event())
             .collect()
     };
     // Payouts: the client saw every acceptance on chain; sum them per provider.
     let mut paid: BTreeMap<String, u64> = BTreeMap::new();
-    for e in of("client", "chain_accepted") {
-        let who = text(e, "provider").context("provider")?.to_string();
-        *paid.entry(who).or_default() += num(e, "amount").context("amount")?;
+    for e in of("client") {
+        if let NodeEvent::ChainAccepted {
+            provider, amount, ..
+        } = e
+        {
+            let amount: u64 = amount.parse().context("amount")?;
+            *paid.entry(provider.clone()).or_default() += amount;
+        }
     }
     let addr = |n: &str| -> Result<String> {
-        let started = events
-            .iter()
-            .find(|e| text(e, "node") == Some(n) && text(e, "event") == Some("started"))
-            .context("started event")?;
-        Ok(text(started, "eth_address")
-            .context("eth_address")?
-            .to_string())
+        of(n)
+            .into_iter()
+            .find_map(|e| match e {
+                NodeEvent::Started { eth_address, .. } => Some(eth_address.clone()),
+                _ => None,
+            })
+            .with_context(|| format!("{n} has no started event"))
     };
     let a = paid.get(&addr("A")?).copied().unwrap_or(0);
     let b = paid.get(&addr("B")?).copied().unwrap_or(0);
@@ -83,33 +75,39 @@ async fn demo_prints_figures_that_match_the_record_and_the_chain() -> Result<()>
         b,
         (TOTAL_STEPS - report.last_accepted_before_kill) * PRICE_B
     );
-    let completed = of("client", "chain_completed");
-    let refund = completed
-        .first()
-        .and_then(|e| num(e, "refund"))
-        .context("chain_completed with a refund")?;
+    let refund: u64 = of("client")
+        .into_iter()
+        .find_map(|e| match e {
+            NodeEvent::ChainCompleted { refund, .. } => Some(refund),
+            _ => None,
+        })
+        .context("chain_completed")?
+        .parse()
+        .context("refund")?;
     assert_eq!(usdc(U256::from(refund)), report.refunded);
     assert_eq!(a + b + refund, BUDGET);
     // P's checkpoint was rejected on chain, after both verifiers voted against it.
-    let rejected = of("client", "chain_rejected");
     let p_addr = addr("P")?;
     ensure!(
-        rejected
+        of("client")
             .iter()
-            .any(|e| text(e, "provider") == Some(p_addr.as_str())),
+            .any(|e| matches!(e, NodeEvent::ChainRejected { provider, .. } if *provider == p_addr)),
         "no rejection of P on chain"
     );
     for v in ["verifier-1", "verifier-2"] {
         ensure!(
-            of(v, "vote_published")
+            of(v)
                 .iter()
-                .any(|e| field(e, "accept").and_then(Value::as_bool) == Some(false)),
+                .any(|e| matches!(e, NodeEvent::VotePublished { accept: false, .. })),
             "{v} did not vote against the junk"
         );
     }
     // The detection figure is the client's own provider_lost event.
-    let lost = of("client", "provider_lost");
-    ensure!(lost.len() == 1, "expected one loss, saw {}", lost.len());
+    let lost = of("client")
+        .iter()
+        .filter(|e| matches!(e, NodeEvent::ProviderLost { .. }))
+        .count();
+    ensure!(lost == 1, "expected one loss, saw {lost}");
     // The printed table carries the measured values.
     for needle in [
         format!("{} ms", report.detect_ms),

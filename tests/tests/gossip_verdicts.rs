@@ -11,7 +11,7 @@ use gpuchain_protocol::messages::Vote;
 use gpuchain_protocol::topics::job_topic;
 use gpuchain_protocol::{Hash, JobId, Message, Sig65, SigningKey};
 use gpuchain_testnet::{
-    ChainOpts, JobSubmission, NodeEvent, NodeSpec, Testnet, binary, node_event, poll_until,
+    ChainOpts, JobSubmission, NodeEvent, NodeSpec, Testnet, binary, poll_until,
 };
 use serde_json::{Value, json};
 
@@ -146,9 +146,9 @@ async fn equivocating_votes_cost_their_forwarder_its_score() -> Result<()> {
     );
     let reasons: Vec<String> = client
         .events()?
-        .iter()
-        .filter_map(|e| match node_event(e) {
-            Some(NodeEvent::GossipRejected { reason, .. }) => Some(reason),
+        .into_iter()
+        .filter_map(|e| match e.event {
+            NodeEvent::GossipRejected { reason, .. } => Some(reason),
             _ => None,
         })
         .collect();

@@ -14,8 +14,8 @@ use gpuchain_protocol::messages::{CheckpointAnnounce, state_root};
 use gpuchain_protocol::topics::job_topic;
 use gpuchain_protocol::{Hash, Message, Sig65, SigningKey};
 use gpuchain_testnet::{
-    Address, ChainClient, ChainOpts, JobSubmission, Testnet, U256, USDC, after, binary, event_time,
-    field, is_event, poll_until,
+    Address, ChainClient, ChainOpts, JobSubmission, Logged, NodeEvent, Testnet, U256, USDC, after,
+    binary, event_is, poll_until,
 };
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -141,27 +141,35 @@ fn logs_tail(s: &Setup) -> String {
         .join("\n")
 }
 
-fn events(s: &Setup, node: &str, name: &str) -> Result<Vec<Value>> {
+/// The (epoch, step, accept) of every vote the verifier published.
+fn votes(s: &Setup, verifier: &str) -> Result<Vec<(u64, u64, bool)>> {
     Ok(s.net
-        .node(node)?
+        .node(verifier)?
         .events()?
         .into_iter()
-        .filter(|e| is_event(name)(e))
+        .filter_map(|e| match e.event {
+            NodeEvent::VotePublished {
+                epoch,
+                step,
+                accept,
+                ..
+            } => Some((epoch, step, accept)),
+            _ => None,
+        })
         .collect())
 }
 
-fn u64_field(e: &Value, key: &str) -> Option<u64> {
-    field(e, key).and_then(|v| {
-        v.as_u64()
-            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-    })
-}
-
-fn bool_field(e: &Value, key: &str) -> Option<bool> {
-    field(e, key).and_then(|v| {
-        v.as_bool()
-            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-    })
+/// The (start step, provider) of the node's `chain_assigned` for epoch 2.
+fn epoch_2_assigned(e: &Logged) -> Option<(u64, String)> {
+    match &e.event {
+        NodeEvent::ChainAssigned {
+            epoch: 2,
+            start_step,
+            provider,
+            ..
+        } => Some((*start_step, provider.clone())),
+        _ => None,
+    }
 }
 
 /// Every token the escrow holds is accounted for: stakes plus what it owes (withdrawable),
@@ -253,10 +261,9 @@ async fn happy_path_pays_every_step_once_and_refunds_the_rest() -> Result<()> {
     );
     // Both verifiers accepted every checkpoint.
     for v in ["v1", "v2"] {
-        let mut steps: Vec<u64> = events(&s, v, "vote_published")?
-            .iter()
-            .filter(|e| bool_field(e, "accept") == Some(true))
-            .filter_map(|e| u64_field(e, "step"))
+        let mut steps: Vec<u64> = votes(&s, v)?
+            .into_iter()
+            .filter_map(|(_, step, accept)| accept.then_some(step))
             .collect();
         steps.sort_unstable();
         steps.dedup();
@@ -356,7 +363,7 @@ async fn killed_provider_is_replaced_and_resumed_from_the_last_accepted_checkpoi
         .net
         .wait_event(
             "client",
-            after(killed_at, is_event("provider_lost")),
+            after(killed_at, event_is!(ProviderLost)),
             Duration::from_secs(30),
         )
         .await?;
@@ -364,17 +371,14 @@ async fn killed_provider_is_replaced_and_resumed_from_the_last_accepted_checkpoi
         .net
         .wait_event(
             "p2",
-            after(killed_at, is_event("first_step")),
+            after(killed_at, event_is!(FirstStep)),
             Duration::from_secs(120),
         )
         .await
         .with_context(|| logs_tail(&s))?;
-    let since = |e: &Value| -> Result<Duration> {
-        let t = event_time(e).context("event without a time")?;
-        Ok(t.duration_since(killed_at).unwrap_or_default())
-    };
-    let detect = since(&lost)?;
-    let again = since(&first_step)?;
+    let since = |e: &Logged| e.at.duration_since(killed_at).unwrap_or_default();
+    let detect = since(&lost);
+    let again = since(&first_step);
     println!(
         "failover: noticed {} ms after kill -9, training again {} ms after it",
         detect.as_millis(),
@@ -386,20 +390,14 @@ async fn killed_provider_is_replaced_and_resumed_from_the_last_accepted_checkpoi
     let c = s.net.chain()?;
     // Epoch 2 went to the next-cheapest provider, from the last accepted checkpoint (10),
     // which p2 could only fetch from the client or a verifier: p1 was dead.
-    let assigned = s
+    let (start, provider) = s
         .net
-        .wait_event(
-            "client",
-            |e| is_event("chain_assigned")(e) && u64_field(e, "epoch") == Some(2),
-            Duration::from_secs(1),
-        )
+        .wait_for("client", epoch_2_assigned, Duration::from_secs(1))
         .await?;
-    let start = u64_field(&assigned, "start_step").context("start_step")?;
     ensure!(start >= 10 && start % INTERVAL == 0, "resumed from {start}");
     ensure!(
-        field(&assigned, "provider").and_then(Value::as_str)
-            == Some(addr(&s, "p2")?.to_string().as_str()),
-        "epoch 2 went to {assigned}"
+        provider.parse::<Address>().ok() == Some(addr(&s, "p2")?),
+        "epoch 2 went to {provider}"
     );
     let p1_paid = U256::from(start * 1_000);
     let p2_paid = U256::from((STEPS - start) * 2_000);
@@ -430,12 +428,10 @@ async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Resu
     wait_completed(&s, id).await?;
     let c = s.net.chain()?;
     for v in ["v1", "v2"] {
-        let rejects: Vec<Value> = events(&s, v, "vote_published")?
-            .into_iter()
-            .filter(|e| bool_field(e, "accept") == Some(false))
-            .collect();
         ensure!(
-            rejects.iter().any(|e| u64_field(e, "epoch") == Some(1)),
+            votes(&s, v)?
+                .iter()
+                .any(|&(epoch, _, accept)| epoch == 1 && !accept),
             "{v} did not vote against the junk checkpoint"
         );
     }
@@ -498,7 +494,7 @@ async fn checkpoint_of_a_fenced_epoch_gets_no_votes_and_cannot_be_accepted() -> 
     s.net
         .wait_event(
             "p1",
-            after(resumed_at, is_event("fenced")),
+            after(resumed_at, event_is!(Fenced)),
             Duration::from_secs(30),
         )
         .await
@@ -508,23 +504,14 @@ async fn checkpoint_of_a_fenced_epoch_gets_no_votes_and_cannot_be_accepted() -> 
     // beats that news to a verifier is a race the escrow settles (tested below), not a fence.
     for v in ["v1", "v2"] {
         s.net
-            .wait_event(
-                v,
-                |e| is_event("chain_assigned")(e) && u64_field(e, "epoch") == Some(2),
-                Duration::from_secs(10),
-            )
+            .wait_for(v, epoch_2_assigned, Duration::from_secs(10))
             .await?;
     }
     // p1 announces a checkpoint for its fenced epoch anyway (signed with its real key).
-    let assigned = s
+    let (parent, _) = s
         .net
-        .wait_event(
-            "client",
-            |e| is_event("chain_assigned")(e) && u64_field(e, "epoch") == Some(2),
-            Duration::from_secs(5),
-        )
+        .wait_for("client", epoch_2_assigned, Duration::from_secs(5))
         .await?;
-    let parent = u64_field(&assigned, "start_step").context("start_step")?;
     let step = parent + INTERVAL;
     let key = SigningKey::from_bytes(&s.net.node("p1")?.signer().to_bytes().0)?;
     let hashes: Vec<Hash> = (parent..=step)
@@ -562,10 +549,22 @@ async fn checkpoint_of_a_fenced_epoch_gets_no_votes_and_cannot_be_accepted() -> 
             .node(v)?
             .events()?
             .into_iter()
-            .filter(|e| after(sent_at, |_| true)(e))
-            .any(|e| {
-                field(&e, "checkpoint").and_then(Value::as_str) == Some(hash_text.as_str())
-                    || field(&e, "hash").and_then(Value::as_str) == Some(hash_text.as_str())
+            .filter(|e| e.at >= sent_at)
+            .any(|e| match &e.event {
+                NodeEvent::CheckpointAnnounced { checkpoint, .. }
+                | NodeEvent::VotePublished { checkpoint, .. }
+                | NodeEvent::QualityTest { checkpoint, .. }
+                | NodeEvent::TrainingStarted {
+                    from_checkpoint: checkpoint,
+                    ..
+                }
+                | NodeEvent::BlobFetched {
+                    hash: checkpoint, ..
+                }
+                | NodeEvent::BlobFetchFailed {
+                    hash: checkpoint, ..
+                } => *checkpoint == hash_text,
+                _ => false,
             });
         ensure!(!touched, "{v} acted on a fenced epoch's checkpoint");
     }

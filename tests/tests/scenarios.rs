@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, ensure};
 use gpuchain_testnet::binary;
-use gpuchain_testnet::scenario::{self, Scenario};
+use gpuchain_testnet::record::{HARNESS, HarnessEvent, RECORD_FILE, RecordLine, read_record};
+use gpuchain_testnet::scenario::{self, Action, Scenario};
 
 fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testnet/scenarios")
@@ -99,10 +100,22 @@ async fn a_verifier_going_offline_does_not_stop_a_quorum_of_two() -> Result<()> 
         .find(|(n, _)| n == "p1")
         .map(|(_, w)| w.as_str());
     ensure!(paid == Some("0.04"), "p1 earned {paid:?}");
-    let record = std::fs::read_to_string(dir.join("record.jsonl"))?;
+    // The fault is in the record as the harness's event, the one the report names.
+    let record = read_record(&dir.join(RECORD_FILE))?;
+    let faults: Vec<&RecordLine> = record
+        .iter()
+        .filter(|l| l.harness_event().is_some())
+        .collect();
     ensure!(
-        record.contains("\"scenario_fault\""),
-        "the fault is not in the record"
+        faults.len() == 1
+            && faults[0].node == HARNESS
+            && faults[0].timestamp_us == report.faults_fired[0].timestamp_us
+            && matches!(
+                faults[0].harness_event(),
+                Some(HarnessEvent::ScenarioFault { action: Action::Stop, target_node, at_step, .. })
+                    if target_node == "v3" && *at_step >= 15
+            ),
+        "the record's faults: {faults:?}"
     );
     Ok(())
 }

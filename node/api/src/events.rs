@@ -58,6 +58,10 @@ pub enum NodeEvent {
     RolesFailed {
         error: String,
     },
+    /// The node could not start or stopped on an error; the process exits with failure.
+    Fatal {
+        error: String,
+    },
 
     // --- the swarm
     Connected {
@@ -345,6 +349,7 @@ impl NodeEvent {
             | QualityError { .. }
             | SpotCheckError { .. } => Level::Warn,
             RolesFailed { .. }
+            | Fatal { .. }
             | CursorNotSaved { .. }
             | SpecNotSaved { .. }
             | TrainerInconsistent { .. }
@@ -427,11 +432,25 @@ mod tests {
                 checked: Some(3),
                 detail: String::new(),
             },
+            NodeEvent::TxMined {
+                call: "createJob".into(),
+                tx_hash: "0x01".into(),
+                block: 7,
+                gas_used: 21_000,
+            },
+            NodeEvent::CursorReset,
+            NodeEvent::Fatal {
+                error: "bootstrap unreachable".into(),
+            },
         ];
-        for (ev, name) in evs
-            .into_iter()
-            .zip(["provider_lost", "signal", "spot_check"])
-        {
+        for (ev, name) in evs.into_iter().zip([
+            "provider_lost",
+            "signal",
+            "spot_check",
+            "tx_mined",
+            "cursor_reset",
+            "fatal",
+        ]) {
             let (event, data) = ev.to_fields();
             assert_eq!(event, name);
             let line = serde_json::json!({ "target": EVENT_TARGET, "event": event, "data": data });
@@ -443,6 +462,26 @@ mod tests {
             assert_eq!(NodeEvent::from_line(&nested), Some(ev.clone()));
             let other = serde_json::json!({ "target": "x", "data": data });
             assert_eq!(NodeEvent::from_line(&other), None);
+        }
+    }
+
+    #[test]
+    fn failures_are_loud() {
+        let error = || "x".to_string();
+        for (ev, level) in [
+            (NodeEvent::CursorReset, Level::Warn),
+            (NodeEvent::ChainPollFailed { error: error() }, Level::Warn),
+            (NodeEvent::CursorNotSaved { error: error() }, Level::Error),
+            (
+                NodeEvent::SpecNotSaved {
+                    dir: "d".into(),
+                    error: error(),
+                },
+                Level::Error,
+            ),
+            (NodeEvent::Fatal { error: error() }, Level::Error),
+        ] {
+            assert_eq!(ev.level(), level, "{ev:?}");
         }
     }
 }

@@ -20,7 +20,8 @@ pub struct TopicRequest {
     pub topic: String,
 }
 
-/// `POST /v1/heartbeat`: start (`on`, the default) or stop heartbeats on a job topic.
+/// `POST /v1/heartbeat`: start (`on`, the default) or stop heartbeats on a job's heartbeat
+/// topic (named by it or by the job's topic).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatRequest {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{start_mesh, wait_until};
 use gpuchain_node::state::percentile;
-use gpuchain_node::topics::job_topic;
+use gpuchain_node::topics::heartbeat_topic;
 use serde_json::json;
 
 fn env(name: &str, default: usize) -> usize {
@@ -34,7 +34,7 @@ fn main() {
             .all(|x| x.status()["connected_peers"].as_u64().unwrap_or(0) >= 1)
     });
     let topics: Vec<String> = (0..providers)
-        .map(|i| job_topic(gpuchain_protocol::types::U256::from(100 + i)))
+        .map(|i| heartbeat_topic(gpuchain_protocol::types::U256::from(100 + i)))
         .collect();
     for x in &nodes {
         for t in &topics {

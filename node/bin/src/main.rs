@@ -32,12 +32,12 @@ enum Command {
     Node(Box<gpuchain_node::cli::NodeArgs>),
     /// Submit a training job through a running client node, or show a job's state.
     #[command(subcommand)]
-    Job(gpuchain_node::commands::JobCommand),
+    Job(gpuchain_node::cli::JobCommand),
     /// Stake as a provider (the escrow assigns only staked providers).
     #[command(subcommand)]
-    Provider(gpuchain_node::commands::ProviderCommand),
+    Provider(gpuchain_node::cli::ProviderCommand),
     /// Withdraw what the escrow credited to this node's key (payouts, refunds).
-    Withdraw(gpuchain_node::commands::WithdrawArgs),
+    Withdraw(gpuchain_node::cli::WithdrawArgs),
     /// Run a local network of this binary on anvil: the 4 Nov demo, or a network to use.
     #[command(subcommand)]
     Testnet(crate::testnet_cmd::TestnetCommand),
@@ -87,7 +87,12 @@ fn run_node(args: &gpuchain_node::cli::NodeArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(target: "gpuchain::event", event = "fatal", error = %format!("{e:#}"), "node failed");
+            gpuchain_node::events::emit(
+                gpuchain_node::events::NodeEvent::Fatal {
+                    error: format!("{e:#}"),
+                },
+                "node failed",
+            );
             eprintln!("gpuchain node: error: {e:#}");
             ExitCode::FAILURE
         }

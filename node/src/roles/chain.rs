@@ -3,7 +3,7 @@
 //! preparing a client's job submission. Specs the client submitted are kept in the data dir
 //! so a restarted client can re-offer its jobs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
@@ -14,17 +14,13 @@ use gpuchain_protocol::client::JobParams;
 use gpuchain_protocol::{Address, ChainTx, Input, JobSpec, TxId};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::ctx::{Ctx, RoleEvent, SubmitReply, SubmitRequest};
 use super::jobs::{JobFile, blake3_of};
-use super::{Ctx, RoleEvent, SubmitReply, SubmitRequest};
+use crate::datadir::specs_dir;
+use crate::events::{NodeEvent, emit};
 
-const SPECS_DIR: &str = "specs";
-const CURSOR_DIR: &str = "chain";
 /// Pause after a failed poll: the RPC may be restarting.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
-
-fn specs_dir(data_dir: &Path) -> PathBuf {
-    data_dir.join(SPECS_DIR)
-}
 
 /// Writes the spec before `createJob` goes out: if we crash after the chain took the job,
 /// the restarted client still knows what it offered.
@@ -37,7 +33,13 @@ pub fn save_spec(data_dir: &Path, spec: &JobSpec) {
         std::fs::rename(&tmp, dir.join(&name))
     });
     if let Err(e) = result {
-        tracing::error!(target: "gpuchain::event", event = "spec_not_saved", error = %e, dir = %dir.display(), "cannot keep the job spec; a restart will not re-offer this job");
+        emit(
+            NodeEvent::SpecNotSaved {
+                dir: dir.display().to_string(),
+                error: e.to_string(),
+            },
+            "cannot keep the job spec; a restart will not re-offer this job",
+        );
     }
 }
 
@@ -197,7 +199,15 @@ pub async fn submit(
     };
     match ctx.chain.submit(&tx).await {
         Ok(outcome) => {
-            tracing::info!(target: "gpuchain::event", event = "tx_mined", call = outcome.call, tx_hash = %outcome.hash, block = outcome.block_number, gas_used = outcome.gas_used, "transaction mined");
+            emit(
+                NodeEvent::TxMined {
+                    call: outcome.call.to_string(),
+                    tx_hash: outcome.hash.to_string(),
+                    block: outcome.block_number,
+                    gas_used: outcome.gas_used,
+                },
+                "transaction mined",
+            );
             if let Some(reply) = reply {
                 let r = match (outcome.job_id, spec_hash) {
                     (Some(job_id), Some(spec_hash)) => Ok(SubmitReply {
@@ -225,10 +235,16 @@ pub async fn open_follower(
     chain: &ChainClient,
     data_dir: &Path,
 ) -> Result<(EventFollower, Vec<FollowedEvent>)> {
-    let follower =
-        EventFollower::open(chain, FollowerConfig::new(0, data_dir.join(CURSOR_DIR))).await?;
+    let follower = EventFollower::open(
+        chain,
+        FollowerConfig::new(0, crate::datadir::cursor_dir(data_dir)),
+    )
+    .await?;
     if follower.restarted_from_scratch() {
-        tracing::warn!(target: "gpuchain::event", event = "cursor_reset", "the chain cursor did not match this chain; reading the escrow's history from the start");
+        emit(
+            NodeEvent::CursorReset,
+            "the chain cursor did not match this chain; reading the escrow's history from the start",
+        );
     }
     let history = follower.history().await?;
     Ok((follower, history))
@@ -248,7 +264,12 @@ pub async fn follow(
         let batch = match batch {
             Ok(b) => b,
             Err(e) => {
-                tracing::warn!(target: "gpuchain::event", event = "chain_poll_failed", error = %e, "cannot read escrow events; retrying");
+                emit(
+                    NodeEvent::ChainPollFailed {
+                        error: e.to_string(),
+                    },
+                    "cannot read escrow events; retrying",
+                );
                 tokio::time::sleep(RETRY_AFTER).await;
                 continue;
             }
@@ -266,7 +287,12 @@ pub async fn follow(
             return;
         }
         if let Err(e) = follower.commit(&batch) {
-            tracing::error!(target: "gpuchain::event", event = "cursor_not_saved", error = %e, "cannot save the chain cursor; events may be re-read after a restart");
+            emit(
+                NodeEvent::CursorNotSaved {
+                    error: e.to_string(),
+                },
+                "cannot save the chain cursor; events may be re-read after a restart",
+            );
         }
     }
 }

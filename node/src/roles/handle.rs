@@ -7,7 +7,7 @@ use gpuchain_protocol::JobId;
 use gpuchain_protocol::client::JobStatus;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{RoleEvent, SubmitReply, SubmitRequest};
+use super::ctx::{RoleEvent, SubmitReply, SubmitRequest};
 
 #[derive(Debug, Clone)]
 pub struct RolesHandle {
@@ -19,7 +19,7 @@ impl RolesHandle {
         Self { tx }
     }
 
-    /// Where the swarm sends what the machines must see (gossip, closed connections).
+    /// The runtime's own queue, for the chain follower.
     pub fn sender(&self) -> mpsc::Sender<RoleEvent> {
         self.tx.clone()
     }

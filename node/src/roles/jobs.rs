@@ -253,12 +253,13 @@ pub fn train_spec(spec: &JobSpec) -> Result<TrainSpec> {
     })
 }
 
-/// Specs seen (offers, own submissions), the chain's job → spec binding, and jobs built
-/// from fetched data. Shared by the runtime and its tasks.
+/// Specs seen (offers, own submissions) by spec hash, which of them the chain has jobs for,
+/// and jobs built from fetched data. Shared by the runtime and its tasks; the machines' outputs
+/// name the spec hash they need, so nothing here maps jobs to specs.
 #[derive(Default)]
 pub struct JobLibrary {
     specs: std::sync::Mutex<HashMap<Hash, JobSpec>>,
-    by_job: std::sync::Mutex<HashMap<gpuchain_protocol::JobId, Hash>>,
+    on_chain: std::sync::Mutex<std::collections::HashSet<Hash>>,
     built: Mutex<HashMap<Hash, Arc<Job>>>,
 }
 
@@ -270,23 +271,18 @@ impl JobLibrary {
         let mut specs = self.specs.lock().unwrap_or_else(|p| p.into_inner());
         if specs.len() >= MAX_SPECS {
             // Keep the ones the chain confirmed; forget gossip-only ones.
-            let bound: Vec<Hash> = self
-                .by_job
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .copied()
-                .collect();
-            specs.retain(|h, _| bound.contains(h));
+            let on_chain = self.on_chain.lock().unwrap_or_else(|p| p.into_inner());
+            specs.retain(|h, _| on_chain.contains(h));
         }
         specs.insert(spec.spec_hash(), spec.clone());
     }
 
-    pub fn bind_job(&self, job_id: gpuchain_protocol::JobId, spec_hash: Hash) {
-        self.by_job
+    /// A job with this spec exists on chain: its spec outlives the gossip-only ones.
+    pub fn keep_spec(&self, spec_hash: Hash) {
+        self.on_chain
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(job_id, spec_hash);
+            .insert(spec_hash);
     }
 
     pub fn spec(&self, spec_hash: Hash) -> Option<JobSpec> {
@@ -295,15 +291,6 @@ impl JobLibrary {
             .unwrap_or_else(|p| p.into_inner())
             .get(&spec_hash)
             .cloned()
-    }
-
-    pub fn spec_of_job(&self, job_id: gpuchain_protocol::JobId) -> Option<JobSpec> {
-        let hash = *self
-            .by_job
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&job_id)?;
-        self.spec(hash)
     }
 
     /// The job ready to train or verify: its blobs fetched (from anyone who has them),
@@ -324,10 +311,7 @@ impl JobLibrary {
         if model != FASHION_CNN_MODEL {
             bail!("the job's model blob is not the fashion-cnn descriptor this node knows");
         }
-        let dir = data_dir
-            .join("jobs")
-            .join(hex::encode(spec_hash))
-            .join("data");
+        let dir = crate::datadir::job_data_dir(data_dir, spec_hash.as_slice());
         for blob in [spec.dataset_blob, spec.eval_blob] {
             let bytes = fetch_bytes(blobs, blob).await?;
             let dir = dir.clone();

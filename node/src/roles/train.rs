@@ -11,8 +11,9 @@ use anyhow::{Result, anyhow, bail};
 use gpuchain_protocol::{Epoch, Hash, Input, JobId, JobSpec, Step};
 use gpuchain_trainer::{Job, Trainer, TrainerOptions, cheat};
 
+use super::ctx::Ctx;
 use super::jobs::{fetch_bytes, from_iroh};
-use super::{Ctx, Fault};
+use crate::cli::Fault;
 use crate::events::NodeEvent;
 
 #[derive(Debug, Clone)]

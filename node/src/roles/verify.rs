@@ -3,50 +3,15 @@
 //! quality test against the previous accepted checkpoint, and survive the re-execution of
 //! the seeded spot-check steps from states fetched by their committed hashes.
 
-use std::collections::{HashMap, VecDeque};
-use std::time::Duration;
-
 use anyhow::{Result, anyhow};
 use gpuchain_protocol::io::{QualityReport, SpotStep};
-use gpuchain_protocol::messages::CheckpointAnnounce;
 use gpuchain_protocol::{Address, Epoch, Hash, Input, JobId, Step};
 use gpuchain_trainer::verify::quality::Reason;
 use gpuchain_trainer::{Checkpoint, StateHash, quality_test, spot_check_preimage};
 
-use super::Ctx;
+use super::ctx::Ctx;
 use super::jobs::{fetch_bytes, to_iroh};
 use crate::events::NodeEvent;
-
-/// Announces remembered for the commitment check; older ones are long decided.
-const MAX_COMMITMENTS: usize = 4096;
-const FETCH_ATTEMPTS: u32 = 3;
-
-/// What announces committed to: checkpoint hash → the interval's last state hash.
-#[derive(Default)]
-pub struct Verifications {
-    committed: HashMap<Hash, Hash>,
-    order: VecDeque<Hash>,
-}
-
-impl Verifications {
-    pub fn remember_announce(&mut self, a: &CheckpointAnnounce) {
-        let Some(last) = a.state_hashes.last() else {
-            return;
-        };
-        if self.committed.insert(a.checkpoint_hash, *last).is_none() {
-            self.order.push_back(a.checkpoint_hash);
-        }
-        while self.order.len() > MAX_COMMITMENTS {
-            if let Some(old) = self.order.pop_front() {
-                self.committed.remove(&old);
-            }
-        }
-    }
-
-    pub fn committed_state(&self, checkpoint: Hash) -> Option<Hash> {
-        self.committed.get(&checkpoint).copied()
-    }
-}
 
 /// `Output::FetchBlob`: from the hinted address's peers first, then anyone; always answered.
 pub async fn fetch_for_machine(ctx: Ctx, hash: Hash, from: Option<Address>) {
@@ -55,39 +20,24 @@ pub async fn fetch_for_machine(ctx: Ctx, hash: Hash, from: Option<Address>) {
         None => Vec::new(),
     };
     let started = std::time::Instant::now();
-    let mut ok = false;
-    let mut last_error = String::new();
-    for attempt in 1..=FETCH_ATTEMPTS {
-        match ctx
-            .handle
-            .fetch_hash(to_iroh(hash), preferred.clone())
-            .await
-        {
-            Ok(_) => {
-                ok = true;
-                break;
-            }
-            Err(e) => {
-                last_error = format!("{e:#}");
-                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
-            }
-        }
-    }
-    if ok {
+    // One try per output: the machine that asked decides whether and when to try again.
+    let result = ctx.handle.fetch_hash(to_iroh(hash), preferred).await;
+    let ok = result.is_ok();
+    if let Err(e) = result {
+        crate::events::emit(
+            NodeEvent::BlobFetchFailed {
+                hash: hash.to_string(),
+                error: format!("{e:#}"),
+            },
+            "blob fetch failed",
+        );
+    } else {
         crate::events::emit(
             NodeEvent::BlobFetched {
                 hash: hash.to_string(),
                 elapsed_ms: started.elapsed().as_millis() as u64,
             },
             "blob fetched",
-        );
-    } else {
-        crate::events::emit(
-            NodeEvent::BlobFetchFailed {
-                hash: hash.to_string(),
-                error: last_error.to_string(),
-            },
-            "blob fetch failed",
         );
     }
     ctx.input(Input::BlobFetched { hash, ok }).await;
@@ -97,6 +47,7 @@ pub async fn fetch_for_machine(ctx: Ctx, hash: Hash, from: Option<Address>) {
 async fn job_and_candidate(
     ctx: &Ctx,
     job_id: JobId,
+    spec_hash: Hash,
     checkpoint: Hash,
 ) -> Result<(
     gpuchain_protocol::JobSpec,
@@ -105,8 +56,8 @@ async fn job_and_candidate(
 )> {
     let spec = ctx
         .library
-        .spec_of_job(job_id)
-        .ok_or_else(|| anyhow!("job {job_id} has no known spec"))?;
+        .spec(spec_hash)
+        .ok_or_else(|| anyhow!("job {job_id}'s spec {spec_hash} was never offered to this node"))?;
     let job = ctx
         .library
         .prepare(&spec, &ctx.handle, &ctx.data_dir)
@@ -117,12 +68,13 @@ async fn job_and_candidate(
 
 pub struct QualityJob {
     pub job_id: JobId,
+    pub spec_hash: Hash,
     pub epoch: Epoch,
     pub step: Step,
     pub checkpoint_hash: Hash,
     pub baseline: Hash,
-    /// The announce's last state hash, if we saw the announce.
-    pub committed: Option<Hash>,
+    /// The announce's last state hash.
+    pub committed_state: Hash,
 }
 
 pub async fn quality(ctx: Ctx, q: QualityJob) {
@@ -155,13 +107,14 @@ pub async fn quality(ctx: Ctx, q: QualityJob) {
 }
 
 async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
-    let (spec, job, candidate) = job_and_candidate(ctx, q.job_id, q.checkpoint_hash).await?;
+    let (spec, job, candidate) =
+        job_and_candidate(ctx, q.job_id, q.spec_hash, q.checkpoint_hash).await?;
     let previous = if q.baseline == spec.spec_hash() {
         None
     } else {
         Some(fetch_bytes(&ctx.handle, q.baseline).await?)
     };
-    let (step, committed, after_step) = (q.step, q.committed, spec.quality.after_step);
+    let (step, committed, thresholds) = (q.step, q.committed_state, spec.quality.clone());
     let (report, detail, prev_acc) = tokio::task::spawn_blocking(move || -> Result<_> {
         let fail = |d: String| {
             (
@@ -182,7 +135,7 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
         // the substitute was.
         let state = ckpt.state.hash()?;
         let mut refusals: Vec<String> = Vec::new();
-        if committed != Some(Hash::from(state.0)) {
+        if committed != Hash::from(state.0) {
             refusals.push("the checkpoint is not the state its announce committed to".into());
         }
         if ckpt.meta.step != step {
@@ -192,18 +145,41 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
             ));
         }
         let v = quality_test(&job, &candidate, previous.as_deref())?;
-        // The spec's accuracy floor applies only once `after_step` is passed: early
-        // checkpoints of an honest run are below it.
+        // The trainer says what the checkpoint is (readable, finite, built on its parent,
+        // not stale) and measures it; the thresholds are the protocol's one rule, the same
+        // the simulator's verifiers apply.
         refusals.extend(
             v.reasons
                 .iter()
-                .filter(|r| !(step < after_step && matches!(r, Reason::BelowMinAccuracy { .. })))
+                .filter(|r| {
+                    !matches!(
+                        r,
+                        Reason::BelowMinAccuracy { .. }
+                            | Reason::AboveMaxLoss { .. }
+                            | Reason::Regressed { .. }
+                    )
+                })
                 .map(|r| format!("{r:?}")),
         );
         let cand = v.candidate.as_ref();
+        match cand {
+            Some(c) => refusals.extend(
+                thresholds
+                    .failures(
+                        step,
+                        c.accuracy,
+                        c.loss,
+                        v.previous.as_ref().map(|p| p.accuracy),
+                    )
+                    .iter()
+                    .map(|f| format!("{f:?}")),
+            ),
+            None if refusals.is_empty() => refusals.push("the checkpoint was not scored".into()),
+            None => {}
+        }
         Ok((
             QualityReport {
-                pass: refusals.is_empty() && (v.accepted || !v.reasons.is_empty()),
+                pass: refusals.is_empty(),
                 accuracy: cand.map_or(f64::NAN, |e| e.accuracy),
                 loss: cand.map_or(f64::NAN, |e| e.loss),
             },
@@ -232,6 +208,7 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
 
 pub struct SpotJob {
     pub job_id: JobId,
+    pub spec_hash: Hash,
     pub epoch: Epoch,
     pub step: Step,
     pub checkpoint_hash: Hash,
@@ -265,7 +242,8 @@ pub async fn spot(ctx: Ctx, s: SpotJob) {
 }
 
 async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
-    let (_, job, candidate) = job_and_candidate(ctx, s.job_id, s.checkpoint_hash).await?;
+    let (_, job, candidate) =
+        job_and_candidate(ctx, s.job_id, s.spec_hash, s.checkpoint_hash).await?;
     let dev = job.device.clone();
     let meta = tokio::task::spawn_blocking(move || Checkpoint::from_bytes(&candidate, &dev))
         .await

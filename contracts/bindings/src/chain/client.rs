@@ -1,3 +1,8 @@
+//! [`ChainClient`]: the escrow's calls and views for one signer, its nonce sequence, and the
+//! checks before a transaction is sent (see the module docs of `chain` for why it is shaped so).
+//! One file over our usual size on purpose: every call goes through the same nonce lock,
+//! estimate, send and receipt path, and the escrow's calls are listed once, beside it.
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -273,6 +278,28 @@ impl ChainClient {
                 allowance: Mutex::new(()),
             }),
         })
+    }
+
+    /// [`connect`](Self::connect) paying in `token`, or in the escrow's stake token when none
+    /// is given (read from the escrow first).
+    pub async fn connect_paying_in(
+        rpc_url: &str,
+        escrow: Address,
+        token: Option<Address>,
+        signer: PrivateKeySigner,
+    ) -> Result<Self, ChainError> {
+        let token = match token {
+            Some(t) => t,
+            None => {
+                // Any deployed contract passes the code check until the token is known: the
+                // escrow itself.
+                let probe =
+                    Self::connect(ChainConfig::new(rpc_url, escrow, escrow), signer.clone())
+                        .await?;
+                probe.stake_token().await?
+            }
+        };
+        Self::connect(ChainConfig::new(rpc_url, escrow, token), signer).await
     }
 
     /// The signer's address.

@@ -1,5 +1,4 @@
 use std::future::IntoFuture;
-use std::time::Duration;
 
 use alloy::primitives::{Address, Bytes};
 use alloy::providers::{Provider, RootProvider};
@@ -11,28 +10,8 @@ use alloy::transports::{TransportError, TransportErrorKind};
 use super::error::ChainError;
 use super::revert::decode_revert;
 
-/// How often and how patiently transport failures are retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Tries in all, the first included (at least 1).
-    pub attempts: u32,
-    /// Wait before the second try; doubled after each failure.
-    pub initial_backoff: Duration,
-    /// Longest wait between tries.
-    pub max_backoff: Duration,
-}
-
-impl Default for RetryPolicy {
-    /// Four tries over about 0.7 s: rides out a busy or restarting local node, and fails
-    /// fast enough that a wrong URL is reported while the user still watches.
-    fn default() -> Self {
-        Self {
-            attempts: 4,
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(2),
-        }
-    }
-}
+/// Transport failures are retried under the project's one policy.
+pub use gpuchain_protocol::retry::RetryPolicy;
 
 /// A provider plus what is needed to report its failures well.
 #[derive(Debug, Clone)]
@@ -74,18 +53,19 @@ impl Rpc {
         F: FnMut() -> Fut,
         Fut: IntoFuture<Output = Result<T, TransportError>>,
     {
-        let mut backoff = self.retry.initial_backoff;
         let mut tries = 1;
         loop {
             match op().await {
                 Ok(v) => return Ok(v),
-                Err(e) if is_transient(&e) && tries < self.retry.attempts.max(1) => {
+                Err(e) => {
+                    let wait = is_transient(&e)
+                        .then(|| self.retry.wait_after(tries))
+                        .flatten();
+                    let Some(wait) = wait else { return Err(e) };
                     tracing::debug!(url = %self.url, error = %e, tries, "transient RPC failure, retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(self.retry.max_backoff);
+                    tokio::time::sleep(wait).await;
                     tries += 1;
                 }
-                Err(e) => return Err(e),
             }
         }
     }

@@ -4,6 +4,8 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gpuchain_api::NodeEvent;
+
 use crate::common::command;
 
 /// Runs the binary to completion (killing it after `timeout`) and returns its output.
@@ -140,8 +142,15 @@ fn unreachable_bootstrap_is_a_clear_error() {
     let fatal = err
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["event"] == "fatal");
-    assert!(fatal.is_some(), "no JSON fatal event:\n{err}");
+        .find_map(|v| match NodeEvent::from_line(&v) {
+            Some(NodeEvent::Fatal { error }) => Some(error),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no JSON fatal event:\n{err}"));
+    assert!(
+        fatal.contains("bootstrap"),
+        "the fatal event does not name the bootstrap: {fatal}"
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Node, wait_until};
 use futures::StreamExt;
-use gpuchain_node::topics::{HELLO_TOPIC, JOBS_TOPIC, job_topic};
+use gpuchain_node::topics::{HELLO_TOPIC, JOBS_TOPIC, heartbeat_topic, job_topic};
 use gpuchain_node::wire::{
     DeviceKind, Hardware, Heartbeat, Message, NodeHello, encode_blob_endpoint,
 };
@@ -100,6 +100,10 @@ async fn garbage_peer_is_rejected_and_scored_down() {
     let job = job_topic(U256::from(8));
     for n in [&victim, &honest] {
         n.post_ok("/v1/subscribe", json!({ "topic": job }));
+        n.post_ok(
+            "/v1/subscribe",
+            json!({ "topic": heartbeat_topic(U256::from(8)) }),
+        );
     }
 
     // --- A signed peer sending invalid content.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::common::{start_mesh, wait_until};
-use gpuchain_node::topics::job_topic;
+use gpuchain_node::topics::{heartbeat_topic, job_topic};
 use gpuchain_node::wire::{Heartbeat, Message};
 use gpuchain_protocol::signing::{Sig65, SigningKey};
 use gpuchain_protocol::types::{Address, U256};
@@ -38,6 +38,12 @@ fn five_nodes_mesh_gossip_and_heartbeats() {
     let topic = job_topic(U256::from(7));
     for n in &nodes {
         n.post_ok("/v1/subscribe", json!({ "topic": topic }));
+        // Heartbeats have a topic of their own (a job's client is its one subscriber in a
+        // real run; here everyone listens, to measure the mesh).
+        n.post_ok(
+            "/v1/subscribe",
+            json!({ "topic": heartbeat_topic(U256::from(7)) }),
+        );
     }
     // Give the new topic's mesh a couple of gossip heartbeats to form.
     wait_until("job topic mesh", Duration::from_secs(20), || {
@@ -65,7 +71,7 @@ fn five_nodes_mesh_gossip_and_heartbeats() {
     let data_hex = hex::encode(msg.encode());
     nodes[3].post_ok(
         "/v1/publish",
-        json!({ "topic": topic, "data_hex": data_hex }),
+        json!({ "topic": heartbeat_topic(U256::from(7)), "data_hex": data_hex }),
     );
     wait_until(
         "published message everywhere",

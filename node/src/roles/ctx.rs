@@ -1,0 +1,103 @@
+//! What the role runtime and the tasks it spawns share: the runtime's queue and its events,
+//! the context every task carries, and the API's submission types. A module of its own so
+//! that the runners (chain, training, verification) and the runtime that spawns them depend
+//! on it instead of on each other.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use gpuchain_contracts::chain::{Batch, ChainClient};
+use gpuchain_protocol::client::{JobParams, JobStatus};
+use gpuchain_protocol::{Address, Hash, Input, JobId, JobSpec, SigningKey, U256};
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use super::jobs::JobLibrary;
+use crate::cli::{Fault, Role};
+use crate::handle::NodeHandle;
+
+/// Queue between the swarm, the chain follower, the tasks and the machines.
+pub const ROLE_QUEUE: usize = 4096;
+
+#[derive(Debug)]
+pub enum RoleEvent {
+    Input(Input),
+    /// A batch of escrow events; `done` is answered once the machines have seen them, so
+    /// the follower commits its cursor only then.
+    Chain {
+        batch: Batch,
+        done: oneshot::Sender<()>,
+    },
+    SubmitJob {
+        request: SubmitRequest,
+        reply: oneshot::Sender<Result<SubmitReply>>,
+    },
+    /// The submission's data is stored; the client machine takes it from here.
+    CreateJob {
+        spec: Box<JobSpec>,
+        params: JobParams,
+        reply: oneshot::Sender<Result<SubmitReply>>,
+    },
+    JobStatus {
+        job_id: JobId,
+        reply: oneshot::Sender<Option<JobStatus>>,
+    },
+}
+
+/// `POST /v1/jobs`: a job file on this machine plus the escrow terms.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    pub spec_path: PathBuf,
+    /// Token base units (USDC has 6 decimals).
+    pub budget: U256,
+    pub max_price_per_step: U256,
+    pub verifiers: Vec<Address>,
+    pub quorum: u8,
+    /// Seconds from now (block time) until the deadline.
+    pub deadline_secs: u64,
+    pub grace_secs: u64,
+    /// Accept verifier addresses no peer has announced (in a hello, with the verifier
+    /// role) yet: for verifiers that come online after the job is submitted.
+    #[serde(default)]
+    pub allow_unknown_verifiers: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SubmitReply {
+    pub job_id: JobId,
+    pub spec_hash: Hash,
+    pub tx_hash: String,
+}
+
+pub struct RolesConfig {
+    pub roles: BTreeSet<Role>,
+    pub data_dir: PathBuf,
+    pub key: SigningKey,
+    pub chain: ChainClient,
+    pub heartbeat_period: Duration,
+    pub detector_timeout: Duration,
+    pub price_per_step: U256,
+    pub fault: Option<Fault>,
+    pub verifier_seed: u64,
+}
+
+/// Cloneable context for the tasks the runtime spawns.
+#[derive(Clone)]
+pub struct Ctx {
+    pub handle: NodeHandle,
+    pub chain: ChainClient,
+    pub library: Arc<JobLibrary>,
+    pub events: mpsc::Sender<RoleEvent>,
+    pub data_dir: PathBuf,
+}
+
+impl Ctx {
+    /// From a task: the runtime may be gone at shutdown, which is fine.
+    pub async fn input(&self, input: Input) {
+        let _ = self.events.send(RoleEvent::Input(input)).await;
+    }
+}
