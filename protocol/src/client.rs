@@ -10,6 +10,9 @@
 //! ```
 //! Reassignment first tries the standby bids providers sent for the next epoch, so a failover
 //! needs no bidding round.
+//!
+//! One file on purpose, though long: the client is one state machine whose phases share the
+//! job table, and its transitions read best in one place, beside the diagram above.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;

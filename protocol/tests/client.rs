@@ -1,5 +1,6 @@
 //! One test per client transition: offer, selection, refusals, failure detection and failover,
 //! quorum handling, rejection, release, completion and restart.
+//! Long because it is one test per transition of the longest machine, on shared fixtures.
 // Test code: a broken fixture should fail loudly where it is read.
 #![allow(clippy::unwrap_used)]
 

@@ -1,6 +1,9 @@
 //! Run configuration: TOML in, validated before anything runs. Every field has a default so a
 //! config names only what it changes; unknown fields are refused so a typo cannot silently fall
 //! back to a default. Errors name the offending field.
+//!
+//! Long because it is the whole configuration surface in one place: every field, its
+//! default and its validation sit together, so a new field cannot miss its check.
 
 use serde::{Deserialize, Serialize};
 

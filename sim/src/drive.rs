@@ -1,8 +1,9 @@
 //! The adapter that runs the protocol crate's own role machines inside the simulator: each
 //! node hosts one `gpuchain_protocol::roles::Roles`, the composite of `Client`, `Provider`
-//! and `Verifier` a node hosts, with the roles that node plays. Gossip is delivered to a topic's subscribers over the simulated network, transactions go to the
-//! escrow model (signers recovered from the real EIP-712 signatures), escrow events come back
-//! as `Input::Chain`, and the trainer, blob store and verifier runners are answered from the
+//! and `Verifier` a node hosts, with the roles that node plays. Gossip is delivered to a
+//! topic's subscribers over the simulated network, transactions go to the escrow model
+//! (signers recovered from the real EIP-712 signatures), escrow events come back as
+//! `Input::Chain`, and the trainer, blob store and verifier runners are answered from the
 //! training model and each checkpoint's ground truth.
 //!
 //! Every message is signed and checked, under `protocol.signatures`: secp256k1 as in the node
@@ -14,6 +15,9 @@
 //! chain event reaches the nodes that follow its job (client, listed verifiers, providers that
 //! know the job); a provider's chain client reads a job from the chain (`JobCreated`, and its
 //! end if it has ended) the first time an offer or an assignment for it reaches the machine.
+//!
+//! Longer than our usual file on purpose: every `Output` of the machines is executed here, and
+//! one `match` over them, in one file, is what makes a missed or doubled output easy to see.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -1,6 +1,9 @@
 //! The engine: nodes, the event loop in virtual time, the chain (blocks over the escrow model)
 //! and the network. The roles are the protocol crate's machines (`drive`); the node processes
 //! around them are in `nodes`; this file only moves events around.
+//!
+//! Longer than our usual file because the event loop, the chain and the network share the one
+//! queue and clock; splitting them would hand `&mut World` across modules for every event.
 
 use std::collections::HashMap;
 

@@ -3,6 +3,7 @@
 //! fashion-cnn job trained for real. Balances are read from the chain and asserted to the
 //! unit. The scenarios run one at a time (they share the CPU, and timing is part of what
 //! they observe).
+//! Long because the four scenarios share one harness of chain reads and waits, kept here.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

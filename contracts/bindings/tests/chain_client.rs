@@ -2,6 +2,7 @@
 //! real contracts: a job end to end through `ChainTx`, balances to the unit and gas to the
 //! wei, the exact event sequence, a follower restarted from its cursor, the named errors
 //! (unreachable RPC, unfunded account, custom reverts), and nonce recovery.
+//! Long because the tests share one anvil fixture and its helpers, kept beside them.
 
 use std::time::Duration;
 

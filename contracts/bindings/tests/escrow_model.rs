@@ -13,6 +13,9 @@
 //!     GPUCHAIN_DIFF_SEED=<seed> cargo test -p gpuchain-contracts --test escrow_model
 //!
 //! The `--ignored` variant runs many more (`GPUCHAIN_DIFF_SEQUENCES`, default 5,000).
+//!
+//! Long because it holds the call generator, the replay against anvil and the comparison
+//! together: a failing seed is read in one file.
 // Test code: a broken fixture should fail loudly where it is read.
 #![allow(clippy::unwrap_used)]
 
