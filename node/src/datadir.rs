@@ -289,7 +289,7 @@ mod tests {
         let t = tempfile::tempdir().expect("tmp");
         let root = t.path().join("node");
         fs::create_dir_all(root.join(KEYSTORE_DIR)).expect("mkdir");
-        fs::write(root.join(KEYSTORE_DIR).join("node.json"), b"{}").expect("w");
+        fs::write(root.join(KEYSTORE_DIR).join(KEYSTORE_FILE), b"{}").expect("w");
         fs::write(root.join(IDENTITY_FILE), b"k").expect("w");
         fs::write(root.join(API_TOKEN_FILE), b"t").expect("w");
         let pw = t.path().join("pw");

@@ -177,18 +177,25 @@ impl<V: GossipValidator> EventLoop<V> {
         }
     }
 
-    /// Hands accepted gossip and lost connections to the role runtime.
-    fn send_to_roles(&mut self, ev: Inbound) {
-        let Some(tx) = &self.roles_tx else { return };
+    /// Hands accepted gossip and lost connections to the role runtime; false when it did not
+    /// take it (no roles, or its queue is full).
+    fn send_to_roles(&mut self, ev: Inbound) -> bool {
+        let Some(tx) = &self.roles_tx else {
+            return false;
+        };
         // Never block the swarm on the roles: a full queue drops (gossip is lossy anyway,
         // and the detector tolerates a lost heartbeat) and says so.
-        if let Err(e) = tx.try_send(ev) {
-            crate::events::emit(
-                NodeEvent::RolesQueueFull {
-                    error: e.to_string(),
-                },
-                "role runtime is behind; message dropped",
-            );
+        match tx.try_send(ev) {
+            Ok(()) => true,
+            Err(e) => {
+                crate::events::emit(
+                    NodeEvent::RolesQueueFull {
+                        error: e.to_string(),
+                    },
+                    "role runtime is behind; message dropped",
+                );
+                false
+            }
         }
     }
 
@@ -568,7 +575,8 @@ impl<V: GossipValidator> EventLoop<V> {
                     })
                     .flatten();
                 if let Some(address) = lost {
-                    self.send_to_roles(Inbound::ConnectionClosed { address });
+                    // A full queue is reported there; the detector's timeout still applies.
+                    let _ = self.send_to_roles(Inbound::ConnectionClosed { address });
                 }
                 crate::events::emit(
                     NodeEvent::Disconnected {
@@ -700,16 +708,8 @@ impl<V: GossipValidator> EventLoop<V> {
                         checked: Box::new(checked.clone()),
                         ticket: ticket.clone(),
                     };
-                    if let Some(tx) = &self.roles_tx
-                        && let Err(e) = tx.try_send(ev)
-                    {
+                    if !self.send_to_roles(ev) {
                         // Not judged, so not forwarded; no penalty either.
-                        crate::events::emit(
-                            NodeEvent::RolesQueueFull {
-                                error: e.to_string(),
-                            },
-                            "role runtime is behind; message dropped",
-                        );
                         self.settle(ticket, Verdict::Ignore("RolesBusy".into()));
                         return;
                     }

@@ -25,7 +25,7 @@ use crate::eip712::EscrowDomain;
 use crate::io::{Input, Notice, Output, Passed, StateMachine};
 use crate::messages::{Bid, CheckpointAnnounce, Heartbeat, JobOffer, Vote};
 use crate::reputation::{self, Reputation};
-use crate::retry::RetryPolicy;
+use crate::retry::{AfterFailure, RetryPolicy, Retrying};
 use crate::signing::{Scheme, Sig65, SigningKey};
 use crate::spec::JobSpec;
 use crate::time::Time;
@@ -179,8 +179,7 @@ pub struct Client {
 #[derive(Clone, Debug)]
 struct CopyFetch {
     from: Address,
-    failed: u32,
-    retry_at: Option<Time>,
+    retry: Retrying,
 }
 
 impl Client {
@@ -309,16 +308,8 @@ impl Client {
             self.copies.remove(&hash);
             return;
         }
-        if c.retry_at.is_some() {
-            // A second answer to a try already failed: the retry is armed.
-            return;
-        }
-        c.failed += 1;
-        match self.config.copy_retry.wait_after(c.failed) {
-            Some(wait) => c.retry_at = Some(now + wait),
-            None => {
-                self.copies.remove(&hash);
-            }
+        if c.retry.failed(now, &self.config.copy_retry) == AfterFailure::GiveUp {
+            self.copies.remove(&hash);
         }
     }
 
@@ -776,8 +767,7 @@ impl Client {
         // Keep a copy: the checkpoint must outlive its provider (step 5 of the lifecycle).
         self.copies.entry(ann.checkpoint_hash).or_insert(CopyFetch {
             from: ann.provider,
-            failed: 0,
-            retry_at: None,
+            retry: Retrying::default(),
         });
         let out = Output::FetchBlob {
             hash: ann.checkpoint_hash,
@@ -900,11 +890,7 @@ impl StateMachine for Client {
         let due: Vec<(Hash, Address)> = self
             .copies
             .iter_mut()
-            .filter(|(_, c)| c.retry_at.is_some_and(|t| t <= now))
-            .map(|(h, c)| {
-                c.retry_at = None;
-                (*h, c.from)
-            })
+            .filter_map(|(h, c)| c.retry.take_due(now).then_some((*h, c.from)))
             .collect();
         for (hash, from) in due {
             self.emit(Output::FetchBlob {
@@ -962,7 +948,7 @@ impl StateMachine for Client {
                 Phase::Running => j.detector.as_ref().map(FailureDetector::deadline),
                 _ => None,
             })
-            .chain(self.copies.values().filter_map(|c| c.retry_at))
+            .chain(self.copies.values().filter_map(|c| c.retry.due()))
             .min()
     }
 

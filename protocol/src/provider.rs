@@ -12,6 +12,7 @@
 //! mistake a provider waiting for its final vote for a dead one.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
 use std::time::Duration;
 
 use alloy_primitives::{Address, U256};
@@ -484,23 +485,17 @@ impl StateMachine for Provider {
     }
 
     fn handle_timeout(&mut self, now: Time) {
-        // Almost always one job in training: no list of the due ones unless there are more.
-        if self.training_jobs.len() == 1 {
-            if let Some((&job_id, &at)) = self.training_jobs.first_key_value()
-                && at <= now
-            {
-                self.heartbeat(job_id, now);
-            }
-            return;
-        }
-        let due: Vec<JobId> = self
-            .training_jobs
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for job_id in due {
+        // Each due job once, in job order, walking on from the last one: no list of the due
+        // jobs is built on this hot path (a heartbeat moves its job's time past `now`).
+        let due_after = |jobs: &BTreeMap<JobId, Time>, from: Bound<JobId>| {
+            jobs.range((from, Bound::Unbounded))
+                .find(|(_, at)| **at <= now)
+                .map(|(id, _)| *id)
+        };
+        let mut next = due_after(&self.training_jobs, Bound::Unbounded);
+        while let Some(job_id) = next {
             self.heartbeat(job_id, now);
+            next = due_after(&self.training_jobs, Bound::Excluded(job_id));
         }
     }
 

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::time::Time;
+
 /// How often and how patiently a failed operation is tried again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -44,6 +46,62 @@ impl RetryPolicy {
 pub const BLOB_FETCH: RetryPolicy =
     RetryPolicy::new(3, Duration::from_millis(200), Duration::from_secs(2));
 
+/// One operation a machine retries on its own timer under a [`RetryPolicy`]: how many tries
+/// failed and when the next one is due.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retrying {
+    failed: u32,
+    due: Option<Time>,
+}
+
+/// What a failed try leads to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// The next try is due then.
+    RetryAt(Time),
+    /// A retry was already armed: this was a second answer to a try that had failed.
+    AlreadyArmed,
+    /// No try is left.
+    GiveUp,
+}
+
+impl Retrying {
+    /// A try failed at `now`.
+    pub fn failed(&mut self, now: Time, policy: &RetryPolicy) -> AfterFailure {
+        if self.due.is_some() {
+            return AfterFailure::AlreadyArmed;
+        }
+        self.failed += 1;
+        match policy.wait_after(self.failed) {
+            Some(wait) => {
+                let due = now + wait;
+                self.due = Some(due);
+                AfterFailure::RetryAt(due)
+            }
+            None => AfterFailure::GiveUp,
+        }
+    }
+
+    /// When the next try is due, if one is armed.
+    pub fn due(&self) -> Option<Time> {
+        self.due
+    }
+
+    /// Whether the next try is due at `now`; if so it is disarmed, and the caller makes it.
+    pub fn take_due(&mut self, now: Time) -> bool {
+        let due = self.due.is_some_and(|t| t <= now);
+        if due {
+            self.due = None;
+        }
+        due
+    }
+
+    /// The operation succeeded another way: nothing is tried again.
+    pub fn cancel(&mut self) {
+        self.due = None;
+    }
+}
+
 impl Default for RetryPolicy {
     /// Four tries over about 0.7 s: rides out a busy or restarting local peer, and fails fast
     /// enough that a wrong address is reported while the user still watches.
@@ -55,6 +113,27 @@ impl Default for RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retried_operation_arms_once_per_failure_and_gives_up_after_the_last_try() {
+        let t = Time::from_millis;
+        let mut r = Retrying::default();
+        assert_eq!(
+            r.failed(t(1_000), &BLOB_FETCH),
+            AfterFailure::RetryAt(t(1_200))
+        );
+        assert_eq!(r.failed(t(1_000), &BLOB_FETCH), AfterFailure::AlreadyArmed);
+        assert!(!r.take_due(t(1_199)));
+        assert!(r.take_due(t(1_200)));
+        assert_eq!(r.due(), None);
+        assert_eq!(
+            r.failed(t(1_300), &BLOB_FETCH),
+            AfterFailure::RetryAt(t(1_700))
+        );
+        r.cancel();
+        assert!(!r.take_due(t(9_000)));
+        assert_eq!(r.failed(t(9_000), &BLOB_FETCH), AfterFailure::GiveUp);
+    }
 
     #[test]
     fn waits_double_up_to_the_cap_and_stop_after_the_last_try() {

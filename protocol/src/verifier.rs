@@ -21,7 +21,7 @@ use crate::chain::ChainEvent;
 use crate::eip712::EscrowDomain;
 use crate::io::{Input, Notice, Output, Passed, SpotStep, StateMachine};
 use crate::messages::{CheckpointAnnounce, JobOffer, Vote};
-use crate::retry::RetryPolicy;
+use crate::retry::{AfterFailure, RetryPolicy, Retrying};
 use crate::signing::{Scheme, Sig65, SigningKey};
 use crate::time::Time;
 use crate::topics::job_topic;
@@ -58,9 +58,8 @@ impl VerifierConfig {
 #[derive(Clone, Debug)]
 struct Check {
     ann: CheckpointAnnounce,
-    fetch_attempts: u32,
-    /// When the next fetch of a failed one is due.
-    retry_at: Option<Time>,
+    /// The checkpoint's fetch, tried again on failure.
+    fetch: Retrying,
     quality: Option<bool>,
     spot: Option<bool>,
 }
@@ -175,8 +174,7 @@ impl Verifier {
         };
         job.active = Some(Check {
             ann,
-            fetch_attempts: 1,
-            retry_at: None,
+            fetch: Retrying::default(),
             quality: None,
             spot: None,
         });
@@ -271,23 +269,18 @@ impl Verifier {
             };
             let ann = check.ann.clone();
             if !ok {
-                if check.retry_at.is_some() {
-                    // An answer to a fetch already given up on; the retry is armed.
-                    continue;
-                }
-                match retry.wait_after(check.fetch_attempts) {
-                    Some(wait) => {
-                        let due = now + wait;
-                        check.retry_at = Some(due);
+                match check.fetch.failed(now, &retry) {
+                    AfterFailure::RetryAt(due) => {
                         self.retries.insert((due, job_id));
                     }
+                    AfterFailure::AlreadyArmed => {}
                     // A provider that cannot serve its checkpoint cannot be paid for it.
-                    None => self.vote(job_id, false),
+                    AfterFailure::GiveUp => self.vote(job_id, false),
                 }
                 continue;
             }
             // Fetched (perhaps for another role of this node): no retry is wanted any more.
-            check.retry_at = None;
+            check.fetch.cancel();
             let steps = spot_check_steps(self.config.seed, &ann, count)
                 .into_iter()
                 .filter_map(|s| {
@@ -533,11 +526,10 @@ impl StateMachine for Verifier {
             let Some(check) = self.jobs.get_mut(&job_id).and_then(|j| j.active.as_mut()) else {
                 continue;
             };
-            if check.retry_at != Some(due) {
+            // A stale entry: that retry was cancelled or re-armed since.
+            if check.fetch.due() != Some(due) || !check.fetch.take_due(now) {
                 continue;
             }
-            check.retry_at = None;
-            check.fetch_attempts += 1;
             self.outputs.push_back(Output::FetchBlob {
                 hash: check.ann.checkpoint_hash,
                 from: Some(check.ann.provider),

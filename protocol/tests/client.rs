@@ -634,50 +634,52 @@ fn an_assign_that_never_confirms_is_given_up_for_the_next_bid() {
     assert_eq!((s.phase, s.provider), (Phase::Running, Some(k.a.address())));
 }
 
+/// A running client that has just taken A's announce of step 50 and asked for its copy; the
+/// copy's hash.
+fn copying(k: &Keys) -> (Client, Hash) {
+    let mut c = running(k);
+    c.handle_message(t(700), &announce(&k.a, 1, 0, 50, 0xa));
+    drain(&mut c);
+    (c, ckpt(0xa, 50))
+}
+
+/// How many fetches of `h` the client asked for.
+fn fetches_of(c: &mut Client, h: Hash) -> usize {
+    drain(c)
+        .iter()
+        .filter(|o| matches!(o, Output::FetchBlob { hash, .. } if *hash == h))
+        .count()
+}
+
 #[test]
 fn own_checkpoint_copy_is_fetched_again_after_a_backoff_then_given_up() {
     let k = keys();
-    let mut c = running(&k);
-    let h = ckpt(0xa, 50);
-    c.handle_message(t(700), &announce(&k.a, 1, 0, 50, 0xa));
-    drain(&mut c);
-    let fetches = |outs: Vec<Output>| {
-        outs.into_iter()
-            .filter(|o| matches!(o, Output::FetchBlob { hash, .. } if *hash == h))
-            .count()
-    };
+    let (mut c, h) = copying(&k);
     let failed = Input::BlobFetched { hash: h, ok: false };
     let mut now = 710;
     for wait in [200, 400] {
         c.handle_input(t(now), failed.clone());
         c.handle_input(t(now), failed.clone()); // one failure, answered twice
-        assert_eq!(fetches(drain(&mut c)), 0, "no fetch before the wait");
+        assert_eq!(fetches_of(&mut c, h), 0, "no fetch before the wait");
         c.handle_timeout(t(now + wait - 1));
-        assert_eq!(fetches(drain(&mut c)), 0, "not yet due after {wait} ms");
+        assert_eq!(fetches_of(&mut c, h), 0, "not yet due after {wait} ms");
         c.handle_timeout(t(now + wait));
-        assert_eq!(fetches(drain(&mut c)), 1, "fetched again after {wait} ms");
+        assert_eq!(fetches_of(&mut c, h), 1, "fetched again after {wait} ms");
         now += wait;
     }
     // The third failure is the last try: no more fetches, ever.
     c.handle_input(t(now), failed);
     c.handle_timeout(t(now + 60_000));
-    assert_eq!(fetches(drain(&mut c)), 0);
+    assert_eq!(fetches_of(&mut c, h), 0);
 }
 
 #[test]
 fn own_checkpoint_copy_is_not_fetched_again_once_it_arrived() {
     let k = keys();
-    let mut c = running(&k);
-    let h = ckpt(0xa, 50);
-    c.handle_message(t(700), &announce(&k.a, 1, 0, 50, 0xa));
-    drain(&mut c);
+    let (mut c, h) = copying(&k);
     c.handle_input(t(710), Input::BlobFetched { hash: h, ok: false });
     // Fetched for another role of this node meanwhile.
     c.handle_input(t(720), Input::BlobFetched { hash: h, ok: true });
     c.handle_timeout(t(5_000));
-    assert!(
-        !drain(&mut c)
-            .iter()
-            .any(|o| matches!(o, Output::FetchBlob { hash, .. } if *hash == h))
-    );
+    assert_eq!(fetches_of(&mut c, h), 0);
 }

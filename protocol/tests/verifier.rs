@@ -35,6 +35,11 @@ fn votes(outs: &[Output]) -> Vec<Vote> {
         .collect()
 }
 
+/// What the verifier's newly published votes say, in order: accept or reject.
+fn accepts(v: &mut Verifier) -> Vec<bool> {
+    votes(&drain(v)).iter().map(|v| v.accept).collect()
+}
+
 fn quality(step: u64, tag: u8, pass: bool) -> Input {
     Input::QualityResult {
         job_id: job(),
@@ -190,13 +195,7 @@ fn non_finite_metrics_fail_and_spot_check_failure_rejects() {
             },
         },
     );
-    assert_eq!(
-        votes(&drain(&mut v))
-            .iter()
-            .map(|v| v.accept)
-            .collect::<Vec<_>>(),
-        vec![false]
-    );
+    assert_eq!(accepts(&mut v), vec![false]);
 
     let mut v = verifier(&k.v2, &k);
     v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa));
@@ -208,13 +207,7 @@ fn non_finite_metrics_fail_and_spot_check_failure_rejects() {
         },
     );
     v.handle_input(t(3), spot(50, 0xa, false));
-    assert_eq!(
-        votes(&drain(&mut v))
-            .iter()
-            .map(|v| v.accept)
-            .collect::<Vec<_>>(),
-        vec![false]
-    );
+    assert_eq!(accepts(&mut v), vec![false]);
 }
 
 #[test]
@@ -251,13 +244,7 @@ fn unavailable_checkpoint_is_retried_after_a_backoff_then_rejected() {
     }
     assert_eq!(v.poll_timeout(), None);
     v.handle_input(t(now), failed);
-    assert_eq!(
-        votes(&drain(&mut v))
-            .iter()
-            .map(|v| v.accept)
-            .collect::<Vec<_>>(),
-        vec![false]
-    );
+    assert_eq!(accepts(&mut v), vec![false]);
     assert_eq!(v.poll_timeout(), None);
 }
 

@@ -21,25 +21,28 @@ pub async fn fetch_for_machine(ctx: Ctx, hash: Hash, from: Option<Address>) {
     };
     let started = std::time::Instant::now();
     // One try per output: the machine that asked decides whether and when to try again.
-    let result = ctx.handle.fetch_hash(to_iroh(hash), preferred).await;
-    let ok = result.is_ok();
-    if let Err(e) = result {
-        crate::events::emit(
-            NodeEvent::BlobFetchFailed {
-                hash: hash.to_string(),
-                error: format!("{e:#}"),
-            },
-            "blob fetch failed",
-        );
-    } else {
-        crate::events::emit(
-            NodeEvent::BlobFetched {
-                hash: hash.to_string(),
-                elapsed_ms: started.elapsed().as_millis() as u64,
-            },
-            "blob fetched",
-        );
-    }
+    let ok = match ctx.handle.fetch_hash(to_iroh(hash), preferred).await {
+        Ok(_) => {
+            crate::events::emit(
+                NodeEvent::BlobFetched {
+                    hash: hash.to_string(),
+                    elapsed_ms: started.elapsed().as_millis() as u64,
+                },
+                "blob fetched",
+            );
+            true
+        }
+        Err(e) => {
+            crate::events::emit(
+                NodeEvent::BlobFetchFailed {
+                    hash: hash.to_string(),
+                    error: format!("{e:#}"),
+                },
+                "blob fetch failed",
+            );
+            false
+        }
+    };
     ctx.input(Input::BlobFetched { hash, ok }).await;
 }
 
