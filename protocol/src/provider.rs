@@ -66,6 +66,9 @@ pub struct Training {
     last_loss: f32,
     seq: u64,
     next_heartbeat: Time,
+    /// The job's heartbeat topic, formatted once: a 256-bit id in decimal on every
+    /// heartbeat was a tenth of the heartbeat's cost.
+    heartbeat_topic: String,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -233,7 +236,7 @@ impl Provider {
         // On the job's heartbeat topic, which only its client subscribes to; publishing
         // needs no subscription of our own.
         self.outputs.push_back(Output::Publish {
-            topic: heartbeat_topic(job_id),
+            topic: t.heartbeat_topic.clone(),
             message: Message::Heartbeat(hb),
         });
     }
@@ -332,6 +335,7 @@ impl Provider {
                     last_loss: f32::NAN,
                     seq: 0,
                     next_heartbeat: now,
+                    heartbeat_topic: heartbeat_topic(job_id),
                 });
                 self.outputs.push_back(Output::Subscribe {
                     topic: job_topic(job_id),

@@ -72,6 +72,9 @@ pub struct Driver {
     /// Subscribers per topic (looked up on every publication; never iterated in an order
     /// that matters, so a hash map).
     subs: HashMap<String, BTreeSet<NodeId>>,
+    /// The topics each node subscribes to (`subs` inverted), so a process that dies leaves
+    /// its own topics, not a walk over every live one.
+    topics_of: Vec<BTreeSet<String>>,
     /// A publication's receivers, reused from one publication to the next.
     scratch: Vec<NodeId>,
     to_id: HashMap<B256, Hash>,
@@ -90,6 +93,8 @@ pub struct Driver {
     /// Providers whose machine knows each live job (fed its `JobCreated`): they hear its
     /// chain events. Dropped when the job ends.
     followers: BTreeMap<JobId, BTreeSet<NodeId>>,
+    /// The live jobs each node follows (`followers` inverted).
+    follows: Vec<BTreeSet<JobId>>,
     /// The event that ended each finished job, for a provider that looks the job up later.
     ended: HashMap<JobId, ChainEvent>,
     /// Draws which subscribers a topic-wide message reaches.
@@ -189,12 +194,34 @@ fn node_key(scheme: Scheme, node: NodeId) -> SigningKey {
     }
 }
 
+/// Every node's key. Deriving one is a curve multiplication even for a simulated key (its
+/// address is the real key's), a second and a half for 10,000 nodes on one core, so the
+/// derivation is split over the machine's cores; each key depends on its node id only.
+fn node_keys(scheme: Scheme, n: usize) -> Vec<SigningKey> {
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let per = n.div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = (0..n)
+            .step_by(per)
+            .map(|from| {
+                s.spawn(move || {
+                    (from..(from + per).min(n))
+                        .map(|node| node_key(scheme, node as NodeId))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
 impl Driver {
     pub fn new(w: &World) -> Driver {
         let n = (w.cfg.clients + w.cfg.providers + w.cfg.verifiers) as usize;
-        let keys: Vec<SigningKey> = (0..n as NodeId)
-            .map(|node| node_key(w.cfg.protocol.signatures, node))
-            .collect();
+        let keys = node_keys(w.cfg.protocol.signatures, n);
         let addresses: Vec<Address> = keys.iter().map(|k| k.address()).collect();
         let nodes = addresses
             .iter()
@@ -208,6 +235,7 @@ impl Driver {
             addresses,
             nodes,
             subs: HashMap::new(),
+            topics_of: vec![BTreeSet::new(); n],
             scratch: Vec::new(),
             to_id: HashMap::new(),
             to_b256: HashMap::new(),
@@ -219,6 +247,7 @@ impl Driver {
             training: BTreeMap::new(),
             job_counter: 0,
             followers: BTreeMap::new(),
+            follows: vec![BTreeSet::new(); n],
             ended: HashMap::new(),
             gossip_rng: stream(w.seed, Purpose::Gossip, 0),
             crypto: CryptoCounts {
@@ -250,10 +279,7 @@ impl Driver {
             let mut cfg = gp::ProviderConfig::new(self.domain, hardware, u256(st.price));
             cfg.heartbeat_period = detector.period;
             cfg.bid_ttl_secs = w.cfg.protocol.bid_ttl_s.max(60);
-            self.subs
-                .entry(gp::topics::JOBS_TOPIC.to_owned())
-                .or_default()
-                .insert(node);
+            self.subscribe(node, gp::topics::JOBS_TOPIC.to_owned());
             RoleConfigs {
                 provider: Some(cfg),
                 ..RoleConfigs::default()
@@ -271,6 +297,22 @@ impl Driver {
             RoleConfigs {
                 client: Some(cfg),
                 ..RoleConfigs::default()
+            }
+        }
+    }
+
+    fn subscribe(&mut self, node: NodeId, topic: String) {
+        self.subs.entry(topic.clone()).or_default().insert(node);
+        self.topics_of[node as usize].insert(topic);
+    }
+
+    fn unsubscribe(&mut self, node: NodeId, topic: &str) {
+        self.topics_of[node as usize].remove(topic);
+        if let Some(s) = self.subs.get_mut(topic) {
+            s.remove(&node);
+            // An ended job's topics go with their last subscriber.
+            if s.is_empty() {
+                self.subs.remove(topic);
             }
         }
     }
@@ -415,19 +457,12 @@ impl World {
             }
             Output::Subscribe { topic } => {
                 if let Some(d) = self.driver.as_mut() {
-                    d.subs.entry(topic).or_default().insert(node);
+                    d.subscribe(node, topic);
                 }
             }
             Output::Unsubscribe { topic } => {
-                if let Some(d) = self.driver.as_mut()
-                    && let Some(s) = d.subs.get_mut(&topic)
-                {
-                    s.remove(&node);
-                    // An ended job's topics go with their last subscriber, so a provider's
-                    // death walks the live topics only, not every job of the run.
-                    if s.is_empty() {
-                        d.subs.remove(&topic);
-                    }
+                if let Some(d) = self.driver.as_mut() {
+                    d.unsubscribe(node, &topic);
                 }
             }
             Output::SubmitTx { id, tx } => self.submit_chain_tx(node, id, tx),
@@ -706,11 +741,13 @@ impl World {
             && let Some(d) = self.driver.as_mut()
         {
             d.followers.entry(job).or_default().insert(node);
+            d.follows[node as usize].insert(job);
         }
     }
 
     /// Who hears a chain event of `job` under this driver: the job's client and listed
-    /// verifiers, the providers following it and the one an assignment names. A job's end
+    /// verifiers, the providers following it (but not decisions on others' checkpoints) and
+    /// the one an assignment or a rejection names. A job's end
     /// is remembered (for late look-ups) and its followers dropped.
     pub fn drive_recipients(&mut self, job: JobId, e: &ChainEvent) -> Vec<NodeId> {
         let mut to: Vec<NodeId> = Vec::new();
@@ -723,17 +760,34 @@ impl World {
         {
             to.push(p);
         }
+        // A provider's chain client asks for the events that change what its machine does:
+        // a job's epochs and its end, and decisions naming itself. Decisions on other
+        // providers' checkpoints (nearly all of a run's escrow events, each to the dozens of
+        // providers that saw the offer) change nothing in a provider machine, so its log
+        // filter leaves them out.
+        let bidders_hear = match e {
+            ChainEvent::CheckpointAccepted { .. } => false,
+            ChainEvent::CheckpointRejected { provider, .. } => {
+                if let Some(p) = self.node_of(provider) {
+                    to.push(p);
+                }
+                false
+            }
+            _ => true,
+        };
         let Some(d) = self.driver.as_mut() else {
             return to;
         };
-        if let Some(f) = d.followers.get(&job) {
+        if bidders_hear && let Some(f) = d.followers.get(&job) {
             to.extend(f.iter().copied());
         }
         if matches!(
             e,
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. }
         ) {
-            d.followers.remove(&job);
+            for n in d.followers.remove(&job).unwrap_or_default() {
+                d.follows[n as usize].remove(&job);
+            }
             d.ended.insert(job, e.clone());
         }
         to
@@ -1164,12 +1218,13 @@ impl World {
         };
         d.machines[node as usize] = None;
         d.armed[node as usize] = None;
-        d.subs.retain(|_, s| {
-            s.remove(&node);
-            !s.is_empty()
-        });
-        for f in d.followers.values_mut() {
-            f.remove(&node);
+        for topic in std::mem::take(&mut d.topics_of[node as usize]) {
+            d.unsubscribe(node, &topic);
+        }
+        for job in std::mem::take(&mut d.follows[node as usize]) {
+            if let Some(f) = d.followers.get_mut(&job) {
+                f.remove(&node);
+            }
         }
     }
 

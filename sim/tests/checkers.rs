@@ -116,7 +116,12 @@ fn a_failure_shrinks_to_a_smaller_run_that_still_fails() {
         skip_epoch_check: true,
         ..Bugs::default()
     };
-    let cfg = presets::faults();
+    // Without lost gossip, as `paying_a_fenced_epoch_is_caught` explains: a stall on a lost
+    // message (which seed hits one first moves with the network's draws) fails at the end
+    // of the run, where there is nothing to shrink.
+    let mut cfg = presets::faults();
+    cfg.network.loss = 0.0;
+    cfg.network.partition_every_s = 0.0;
     let (seed, checker, _) = first_failure(&cfg, bugs, 1..40).expect("fires");
     let s = gpuchain_sim::shrink(&cfg, seed, bugs, 60).expect("the run fails");
     let smaller = s.cfg.clients + s.cfg.providers + s.cfg.verifiers
