@@ -33,6 +33,10 @@ use crate::wire::Message;
 /// that does not exist), but only this many.
 const MAX_UNCONFIRMED_OFFERS: usize = 64;
 
+/// How long a published announcement or vote waits for the escrow's decision before it is
+/// published again: several blocks on a public chain, so a decision normally lands first.
+pub const REGOSSIP_AFTER: Duration = Duration::from_secs(10);
+
 #[derive(Clone, Debug)]
 pub struct ProviderConfig {
     pub domain: EscrowDomain,
@@ -42,6 +46,10 @@ pub struct ProviderConfig {
     /// Bids stay valid this many seconds past the latest block time.
     pub bid_ttl_secs: u64,
     pub heartbeat_period: Duration,
+    /// An announcement the escrow has not decided this long after it was published is
+    /// published again (with every undecided one before it): gossip can lose a message, and
+    /// a verifier that missed one waits for it before it checks the next.
+    pub regossip_after: Duration,
 }
 
 impl ProviderConfig {
@@ -52,6 +60,7 @@ impl ProviderConfig {
             price_per_step,
             bid_ttl_secs: 600,
             heartbeat_period: Duration::from_millis(100),
+            regossip_after: REGOSSIP_AFTER,
         }
     }
 }
@@ -69,6 +78,9 @@ pub struct Training {
     /// The job's heartbeat topic, formatted once: a 256-bit id in decimal on every
     /// heartbeat was a tenth of the heartbeat's cost.
     heartbeat_topic: String,
+    /// This epoch's announcements the escrow has not decided yet, by step, each with when it
+    /// was last published.
+    undecided: BTreeMap<Step, (CheckpointAnnounce, Time)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -217,9 +229,23 @@ impl Provider {
 
     fn heartbeat(&mut self, job_id: JobId, now: Time) {
         let period = self.config.heartbeat_period;
+        let regossip_after = self.config.regossip_after;
         let Some(t) = self.jobs.get_mut(&job_id).and_then(|j| j.training.as_mut()) else {
             return;
         };
+        // Checked on the heartbeat's timer, which runs while an epoch is live anyway.
+        if t.undecided
+            .values()
+            .any(|(_, at)| now >= at.saturating_add(regossip_after))
+        {
+            for (ann, at) in t.undecided.values_mut() {
+                *at = now;
+                self.outputs.push_back(Output::Publish {
+                    topic: job_topic(job_id),
+                    message: Message::CheckpointAnnounce(ann.clone()),
+                });
+            }
+        }
         t.seq += 1;
         t.next_heartbeat = now.saturating_add(period);
         self.training_jobs.insert(job_id, t.next_heartbeat);
@@ -336,6 +362,7 @@ impl Provider {
                     seq: 0,
                     next_heartbeat: now,
                     heartbeat_topic: heartbeat_topic(job_id),
+                    undecided: BTreeMap::new(),
                 });
                 self.outputs.push_back(Output::Subscribe {
                     topic: job_topic(job_id),
@@ -377,7 +404,22 @@ impl Provider {
                     self.stop(job_id, true);
                 }
             }
-            ChainEvent::CheckpointAccepted { .. } => {}
+            ChainEvent::CheckpointAccepted {
+                epoch,
+                step,
+                provider,
+                ..
+            } => {
+                if provider == me
+                    && let Some(t) = self
+                        .jobs
+                        .get_mut(&job_id)
+                        .and_then(|j| j.training.as_mut())
+                        .filter(|t| t.epoch == epoch)
+                {
+                    t.undecided.retain(|s, _| *s > step);
+                }
+            }
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
                 self.stop(job_id, false);
                 if let Some(job) = self.jobs.get_mut(&job_id) {
@@ -395,6 +437,7 @@ impl Provider {
 
     fn on_checkpoint_ready(
         &mut self,
+        now: Time,
         job_id: JobId,
         epoch: Epoch,
         step: Step,
@@ -431,6 +474,7 @@ impl Provider {
         }
         t.last_announced = step;
         t.last_step = t.last_step.max(step);
+        t.undecided.insert(step, (ann.clone(), now));
         self.outputs.push_back(Output::Publish {
             topic: job_topic(job_id),
             message: Message::CheckpointAnnounce(ann),
@@ -473,7 +517,7 @@ impl StateMachine for Provider {
                 step,
                 checkpoint_hash,
                 state_hashes,
-            } => self.on_checkpoint_ready(job_id, epoch, step, checkpoint_hash, state_hashes),
+            } => self.on_checkpoint_ready(now, job_id, epoch, step, checkpoint_hash, state_hashes),
             Input::TrainingFailed { job_id, epoch, .. } => {
                 // Going silent is the honest signal: the client's detector reassigns.
                 if self.training(job_id).is_some_and(|t| t.epoch == epoch) {

@@ -14,6 +14,7 @@
 //! driver fetches once per `FetchBlob`, so the number of tries is decided here alone.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
 
 use alloy_primitives::Address;
 
@@ -42,6 +43,10 @@ pub struct VerifierConfig {
     pub fetch_retry: RetryPolicy,
     /// Spot-checked steps per checkpoint when the spec (from the offer) is unknown.
     pub default_spot_checks: u32,
+    /// A vote the escrow has not acted on this long after it was published is published
+    /// again: a quorum short of one lost vote would otherwise wait for it until the
+    /// deadline.
+    pub regossip_after: Duration,
 }
 
 impl VerifierConfig {
@@ -51,6 +56,7 @@ impl VerifierConfig {
             seed,
             fetch_retry: crate::retry::BLOB_FETCH,
             default_spot_checks: 2,
+            regossip_after: crate::provider::REGOSSIP_AFTER,
         }
     }
 }
@@ -78,6 +84,11 @@ struct VerifierJob {
     queue: BTreeMap<Step, CheckpointAnnounce>,
     active: Option<Check>,
     voted: BTreeSet<(Epoch, Step, Hash)>,
+    /// Our votes the escrow has not acted on yet, by (epoch, step), each with when it was
+    /// last published.
+    unsettled: BTreeMap<(Epoch, Step), (Vote, Time)>,
+    /// The one live entry of this job in `Verifier::regossips`.
+    regossip_at: Option<Time>,
 }
 
 impl VerifierJob {
@@ -96,6 +107,9 @@ pub struct Verifier {
     jobs: BTreeMap<JobId, VerifierJob>,
     /// Fetches to try again, by due time; stale entries (the check moved on) are skipped.
     retries: BTreeSet<(Time, JobId)>,
+    /// When each job's unsettled votes are next published again; stale entries (the votes
+    /// settled since) are skipped.
+    regossips: BTreeSet<(Time, JobId)>,
     outputs: VecDeque<Output>,
 }
 
@@ -134,6 +148,7 @@ impl Verifier {
             key,
             jobs: BTreeMap::new(),
             retries: BTreeSet::new(),
+            regossips: BTreeSet::new(),
             outputs: VecDeque::new(),
         }
     }
@@ -181,7 +196,7 @@ impl Verifier {
         self.outputs.push_back(fetch);
     }
 
-    fn vote(&mut self, job_id: JobId, accept: bool) {
+    fn vote(&mut self, now: Time, job_id: JobId, accept: bool) {
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return;
         };
@@ -207,6 +222,13 @@ impl Verifier {
             signature: Sig65::ZERO,
         }
         .sign(&self.config.domain, &self.key);
+        job.unsettled
+            .insert((ann.epoch, ann.step), (vote.clone(), now));
+        if job.regossip_at.is_none() {
+            let due = now.saturating_add(self.config.regossip_after);
+            job.regossip_at = Some(due);
+            self.regossips.insert((due, job_id));
+        }
         self.outputs.push_back(Output::Publish {
             topic: job_topic(job_id),
             message: Message::Vote(vote),
@@ -222,13 +244,13 @@ impl Verifier {
         }
     }
 
-    fn decide(&mut self, job_id: JobId) {
+    fn decide(&mut self, now: Time, job_id: JobId) {
         let Some(check) = self.jobs.get(&job_id).and_then(|j| j.active.as_ref()) else {
             return;
         };
         match (check.quality, check.spot) {
-            (Some(false), _) | (_, Some(false)) => self.vote(job_id, false),
-            (Some(true), Some(true)) => self.vote(job_id, true),
+            (Some(false), _) | (_, Some(false)) => self.vote(now, job_id, false),
+            (Some(true), Some(true)) => self.vote(now, job_id, true),
             _ => {}
         }
     }
@@ -275,7 +297,7 @@ impl Verifier {
                     }
                     AfterFailure::AlreadyArmed => {}
                     // A provider that cannot serve its checkpoint cannot be paid for it.
-                    AfterFailure::GiveUp => self.vote(job_id, false),
+                    AfterFailure::GiveUp => self.vote(now, job_id, false),
                 }
                 continue;
             }
@@ -407,6 +429,8 @@ impl Verifier {
                         queue: BTreeMap::new(),
                         active: None,
                         voted: BTreeSet::new(),
+                        unsettled: BTreeMap::new(),
+                        regossip_at: None,
                     },
                 );
                 self.outputs.push_back(Output::Subscribe {
@@ -432,6 +456,7 @@ impl Verifier {
                     job.provider = Some(provider);
                     job.reset_to_chain(start_step, start_checkpoint);
                 }
+                job.unsettled.retain(|(e, _), _| *e >= epoch);
             }
             ChainEvent::EpochEnded { epoch, .. } | ChainEvent::CheckpointRejected { epoch, .. } => {
                 if epoch == job.epoch {
@@ -439,12 +464,16 @@ impl Verifier {
                     job.queue.clear();
                     job.active = None;
                 }
+                job.unsettled.retain(|(e, _), _| *e > epoch);
             }
             ChainEvent::CheckpointAccepted {
+                epoch,
                 step,
                 checkpoint_hash,
                 ..
             } => {
+                job.unsettled
+                    .retain(|(e, s), _| *e > epoch || (*e == epoch && *s > step));
                 if step > job.head_step {
                     // The chain is ahead of us (we missed or lag on some checkpoint): follow it.
                     job.head_step = step;
@@ -494,7 +523,7 @@ impl StateMachine for Verifier {
                     // Non-finite metrics fail whatever the runner concluded.
                     c.quality =
                         Some(report.pass && report.accuracy.is_finite() && report.loss.is_finite());
-                    self.decide(job_id);
+                    self.decide(now, job_id);
                 }
             }
             Input::SpotCheckResult {
@@ -506,7 +535,7 @@ impl StateMachine for Verifier {
             } => {
                 if let Some(c) = self.active_for(job_id, epoch, step, checkpoint_hash) {
                     c.spot = Some(pass);
-                    self.decide(job_id);
+                    self.decide(now, job_id);
                 }
             }
             Input::ConnectionClosed { .. }
@@ -518,6 +547,36 @@ impl StateMachine for Verifier {
     }
 
     fn handle_timeout(&mut self, now: Time) {
+        while let Some(&(due, job_id)) = self.regossips.first() {
+            if due > now {
+                break;
+            }
+            self.regossips.pop_first();
+            let after = self.config.regossip_after;
+            let Some(job) = self.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            if job.regossip_at != Some(due) {
+                continue;
+            }
+            for (vote, at) in job.unsettled.values_mut() {
+                if now >= at.saturating_add(after) {
+                    *at = now;
+                    self.outputs.push_back(Output::Publish {
+                        topic: job_topic(job_id),
+                        message: Message::Vote(vote.clone()),
+                    });
+                }
+            }
+            job.regossip_at = job
+                .unsettled
+                .values()
+                .map(|(_, at)| at.saturating_add(after))
+                .min();
+            if let Some(next) = job.regossip_at {
+                self.regossips.insert((next, job_id));
+            }
+        }
         while let Some(&(due, job_id)) = self.retries.first() {
             if due > now {
                 break;
@@ -538,7 +597,9 @@ impl StateMachine for Verifier {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.retries.first().map(|(due, _)| *due)
+        let retry = self.retries.first().map(|(due, _)| *due);
+        let regossip = self.regossips.first().map(|(due, _)| *due);
+        retry.into_iter().chain(regossip).min()
     }
 
     fn poll_output(&mut self) -> Option<Output> {

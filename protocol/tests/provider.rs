@@ -203,6 +203,61 @@ fn checkpoints_are_announced_with_their_parent_and_commitment() {
     );
 }
 
+fn announced_steps(outs: &[Output]) -> Vec<u64> {
+    published(outs)
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::CheckpointAnnounce(a) => Some(a.step),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Provider A, training epoch 1, announced steps 50 (at 200 ms) and 100 (at 300 ms).
+fn announced_two(k: &Keys) -> Provider {
+    let mut p = training(k);
+    for (at, from, step) in [(200, 0, 50), (300, 50, 100)] {
+        p.handle_input(
+            t(at),
+            Input::CheckpointReady {
+                job_id: job(),
+                epoch: 1,
+                step,
+                checkpoint_hash: ckpt(0xa, step),
+                state_hashes: states(0xa, from, step),
+            },
+        );
+    }
+    assert_eq!(announced_steps(&drain(&mut p)), vec![50, 100]);
+    p
+}
+
+#[test]
+fn undecided_announcements_are_published_again_in_order() {
+    let k = keys();
+    let mut p = announced_two(&k);
+    let after = gpuchain_protocol::provider::REGOSSIP_AFTER;
+    // Heartbeats before then carry no announcement.
+    p.handle_timeout(t(200).saturating_add(after - std::time::Duration::from_millis(1)));
+    assert!(announced_steps(&drain(&mut p)).is_empty());
+    // The escrow has decided neither: both go out again, the older first (a verifier that
+    // missed 50 checks nothing after it until it has it).
+    let later = t(300).saturating_add(after);
+    p.handle_timeout(later);
+    assert_eq!(announced_steps(&drain(&mut p)), vec![50, 100]);
+    // Accepting 50 settles it; 100 is still published again.
+    p.handle_input(later, accepted(1, 50, ckpt(0xa, 50), &k.a));
+    p.handle_timeout(later.saturating_add(after));
+    assert_eq!(announced_steps(&drain(&mut p)), vec![100]);
+    // Another provider's acceptance settles nothing of ours.
+    p.handle_input(later, accepted(1, 100, ckpt(0xa, 100), &k.b));
+    p.handle_timeout(later.saturating_add(after * 2));
+    assert_eq!(announced_steps(&drain(&mut p)), vec![100]);
+    p.handle_input(later, accepted(1, 100, ckpt(0xa, 100), &k.a));
+    p.handle_timeout(later.saturating_add(after * 3));
+    assert!(announced_steps(&drain(&mut p)).is_empty(), "all decided");
+}
+
 #[test]
 fn inconsistent_trainer_output_is_not_announced() {
     let k = keys();

@@ -245,7 +245,69 @@ fn unavailable_checkpoint_is_retried_after_a_backoff_then_rejected() {
     assert_eq!(v.poll_timeout(), None);
     v.handle_input(t(now), failed);
     assert_eq!(accepts(&mut v), vec![false]);
-    assert_eq!(v.poll_timeout(), None);
+    // No fetch is left to retry; the one timer is the vote's, until the escrow acts on it.
+    assert_eq!(
+        v.poll_timeout(),
+        Some(t(now).saturating_add(gpuchain_protocol::provider::REGOSSIP_AFTER))
+    );
+}
+
+/// A verifier that voted accept on step 50 (at t = 3 ms).
+fn voted_on_50(k: &Keys) -> Verifier {
+    let mut v = verifier(&k.v1, k);
+    v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa));
+    v.handle_input(
+        t(2),
+        Input::BlobFetched {
+            hash: ckpt(0xa, 50),
+            ok: true,
+        },
+    );
+    v.handle_input(t(3), quality(50, 0xa, true));
+    v.handle_input(t(3), spot(50, 0xa, true));
+    assert_eq!(accepts(&mut v), vec![true]);
+    v
+}
+
+#[test]
+fn a_vote_the_escrow_has_not_acted_on_is_published_again() {
+    let k = keys();
+    let mut v = voted_on_50(&k);
+    let after = gpuchain_protocol::provider::REGOSSIP_AFTER;
+    let due = t(3).saturating_add(after);
+    assert_eq!(v.poll_timeout(), Some(due));
+    v.handle_timeout(t(3).saturating_add(after - Duration::from_millis(1)));
+    assert!(drain(&mut v).is_empty(), "not yet");
+    v.handle_timeout(due);
+    let again = votes(&drain(&mut v));
+    assert_eq!(again.len(), 1, "the lost vote goes out again");
+    assert_eq!((again[0].step, again[0].accept), (50, true));
+    // And again, a period later, while the escrow still has not acted.
+    assert_eq!(v.poll_timeout(), Some(due.saturating_add(after)));
+    v.handle_timeout(due.saturating_add(after));
+    assert_eq!(votes(&drain(&mut v)).len(), 1);
+}
+
+#[test]
+fn a_vote_the_escrow_acted_on_is_not_published_again() {
+    let k = keys();
+    for settle in [
+        accepted(1, 50, ckpt(0xa, 50), &k.a),
+        rejected(1, 50, ckpt(0xa, 50), &k.a),
+        epoch_ended(1, EpochEndReason::Released),
+        assigned(2, &k.b, 0, Hash::ZERO),
+    ] {
+        let mut v = voted_on_50(&k);
+        v.handle_input(t(5), settle.clone());
+        drain(&mut v);
+        let after = gpuchain_protocol::provider::REGOSSIP_AFTER;
+        v.handle_timeout(t(3).saturating_add(after * 3));
+        assert!(
+            votes(&drain(&mut v)).is_empty(),
+            "settled by {settle:?}, yet published again"
+        );
+        assert_eq!(v.poll_timeout(), None, "{settle:?}");
+    }
 }
 
 #[test]

@@ -761,13 +761,13 @@ impl World {
             to.push(p);
         }
         // A provider's chain client asks for the events that change what its machine does:
-        // a job's epochs and its end, and decisions naming itself. Decisions on other
-        // providers' checkpoints (nearly all of a run's escrow events, each to the dozens of
-        // providers that saw the offer) change nothing in a provider machine, so its log
-        // filter leaves them out.
+        // a job's epochs and its end, and decisions naming itself (which settle what it
+        // announced). Decisions on other providers' checkpoints (nearly all of a run's escrow
+        // events, each to the dozens of providers that saw the offer) change nothing in a
+        // provider machine, so its log filter leaves them out.
         let bidders_hear = match e {
-            ChainEvent::CheckpointAccepted { .. } => false,
-            ChainEvent::CheckpointRejected { provider, .. } => {
+            ChainEvent::CheckpointAccepted { provider, .. }
+            | ChainEvent::CheckpointRejected { provider, .. } => {
                 if let Some(p) = self.node_of(provider) {
                     to.push(p);
                 }

@@ -49,13 +49,7 @@ fn paying_a_fenced_epoch_is_caught() {
         skip_epoch_check: true,
         ..Bugs::default()
     };
-    // Lost gossip (loss, partitions) can stall a job on the machines (README, "Not done
-    // yet"), which the liveness checker rightly reports, and which seed that hits first
-    // moves with every change to the network's draws. This test is about the epoch check,
-    // so it runs the mix without lost gossip, as the many-seeds test does.
-    let mut cfg = presets::faults();
-    cfg.network.loss = 0.0;
-    cfg.network.partition_every_s = 0.0;
+    let cfg = presets::faults();
     let (_, checker, text) =
         first_failure(&cfg, bugs, 1..40).expect("some seed decides on a fenced epoch");
     assert_eq!(checker, NO_JUNK_PAID, "{text}");
@@ -116,12 +110,7 @@ fn a_failure_shrinks_to_a_smaller_run_that_still_fails() {
         skip_epoch_check: true,
         ..Bugs::default()
     };
-    // Without lost gossip, as `paying_a_fenced_epoch_is_caught` explains: a stall on a lost
-    // message (which seed hits one first moves with the network's draws) fails at the end
-    // of the run, where there is nothing to shrink.
-    let mut cfg = presets::faults();
-    cfg.network.loss = 0.0;
-    cfg.network.partition_every_s = 0.0;
+    let cfg = presets::faults();
     let (seed, checker, _) = first_failure(&cfg, bugs, 1..40).expect("fires");
     let s = gpuchain_sim::shrink(&cfg, seed, bugs, 60).expect("the run fails");
     let smaller = s.cfg.clients + s.cfg.providers + s.cfg.verifiers

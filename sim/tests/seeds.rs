@@ -1,30 +1,18 @@
 //! Many seeds of the fault mix on the protocol crate's machines, zero checker failures:
-//! `many_seeds` (`faults`: simulated signatures, 22 nodes for an hour) and
-//! `many_seeds_protocol` (`faults-protocol`: secp256k1, 12 nodes); the soak tests
-//! (`cargo test -p gpuchain-sim --test seeds -- --ignored soak`) run far more.
+//! `many_seeds` (`faults`: simulated signatures, 22 nodes for an hour, with lost gossip and
+//! partitions) and `many_seeds_protocol` (`faults-protocol`: secp256k1, 12 nodes); the soak
+//! tests (`cargo test -p gpuchain-sim --test seeds -- --ignored soak`) run far more.
 //!
-//! `faults` is the first mix whose jobs are judged for liveness after faults stop, and on the
-//! machines it fails on about a third of its seeds (1, 2, 5, 14, 15, 16, …): a job keeps
-//! heartbeating and never gets another checkpoint decided, until it expires. With lost
-//! gossip and partitions both off the same seeds pass, so what stalls is a lost message that
-//! nothing sends again (the stand-ins re-announced an undecided checkpoint every 5 s; the
-//! provider machine announces once, and a verifier queues later announcements behind the one
-//! it missed). Until the machines repair that, `many_seeds` and `soak` run the mix without
-//! lost gossip in CI, and the full mix is `many_seeds_lossy` (ignored, failing).
+//! `faults` judges its jobs for liveness after faults stop. A lost announcement or vote used
+//! to stall a job there until it expired (about a third of the seeds): the machines published
+//! each once. Now a provider publishes again every announcement the escrow has not decided
+//! after `REGOSSIP_AFTER`, and a verifier every vote it has not acted on, so the full mix
+//! passes.
 //! A failing seed is shrunk to a smaller failing config, printed as TOML with the seed.
 
 use gpuchain_sim::config::SimConfig;
 use gpuchain_sim::escrow::Bugs;
 use gpuchain_sim::{presets, run, shrink};
-
-/// `faults` with every gossip message delivered and no partitions: churn, rejoins and every
-/// cheat kind, which the machines recover from.
-fn faults_without_lost_gossip() -> SimConfig {
-    let mut cfg = presets::faults();
-    cfg.network.loss = 0.0;
-    cfg.network.partition_every_s = 0.0;
-    cfg
-}
 
 fn sweep(cfg: fn() -> SimConfig, seeds: std::ops::Range<u64>) {
     let threads = std::thread::available_parallelism()
@@ -70,12 +58,6 @@ fn sweep(cfg: fn() -> SimConfig, seeds: std::ops::Range<u64>) {
 
 #[test]
 fn many_seeds() {
-    sweep(faults_without_lost_gossip, 1..301);
-}
-
-#[test]
-#[ignore = "fails: a lost announcement stalls a job on the protocol machines (see the top)"]
-fn many_seeds_lossy() {
     sweep(presets::faults, 1..301);
 }
 
@@ -89,7 +71,7 @@ fn many_seeds_protocol() {
 #[test]
 #[ignore = "soak: ten thousand seeds of the protocol machines, about half an hour on 2 cores"]
 fn soak() {
-    sweep(faults_without_lost_gossip, 1_000..11_000);
+    sweep(presets::faults, 1_000..11_000);
 }
 
 #[test]
