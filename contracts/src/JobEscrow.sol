@@ -12,13 +12,27 @@ import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 ///         providers are assigned in numbered epochs (the fencing token: only the current
 ///         epoch's checkpoints can be paid); a quorum of the job's verifiers accepts or
 ///         rejects each checkpoint with EIP-712 votes. Accepted steps are paid at the
-///         assigned price; a rejected checkpoint ends the epoch and slashes the provider's
-///         stake to the client. Every payment is pull-based (`withdraw`), and every job can
-///         be exited: completion refunds the rest, and after `deadline + grace` anyone may
+///         assigned price; a rejected checkpoint ends the epoch and slashes `minStake` of the
+///         provider's stake, which is burned: it stays in this contract for good and is
+///         credited to no one, so nobody who can cause a reject can profit from one. Every
+///         payment is pull-based (`withdraw`), and every job can be exited: after completion
+///         anyone may `settle` the rest to the client, and after `deadline + grace` anyone may
 ///         `expire` it.
-/// @dev    Verifier fees are not charged for now: verifiers are paid nothing by this
-///         contract. Slashing takes `min(stake, minStake)` per rejected epoch and credits all
-///         of it to the job's client, in the stake token.
+/// @dev    Rules that bound what a client (who names the verifiers, for now) can do to a
+///         provider, and what a provider can do to a client:
+///         - a job has 2..32 distinct verifiers, none of them its client nor its assigned
+///           provider, and a strict-majority quorum, so no one key decides alone and an
+///           accepting and a rejecting quorum always share a verifier;
+///         - `deadline` is at most `maxDuration` ahead and `grace` at most `maxGrace`, so stake
+///           and budget are never locked for longer than the deployer allows;
+///         - a provider's stake is reserved per live epoch: holding n epochs needs n ×
+///           `minStake` bonded, so every rejected epoch can slash exactly `minStake`, and only
+///           the part above the reservation can be unbonded;
+///         - a provider may `resign` its live epoch at any time without a slash (its unaccepted
+///           work is unpaid), so it is never stuck behind a client that never decides;
+///         - each bid signs the job's `terms` (a hash of everything the client fixed at
+///           creation), so a bid is only good for the job its provider read.
+///         Verifier fees are not charged for now: verifiers are paid nothing by this contract.
 contract JobEscrow is ReentrancyGuardTransient, EIP712 {
     using SafeERC20 for IERC20;
 
@@ -28,52 +42,59 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         None,
         Open, // no provider holds the job; the client may assign one
         Assigned, // a provider holds the current epoch
-        Completed, // the last step was accepted
+        Completed, // the last step was accepted; `settle` credits what is left to the client
         Expired // exited after deadline + grace
     }
 
     /// @notice Why an epoch ended (the `reason` of `EpochEnded`).
     enum EndReason {
-        Replaced, // the client assigned another provider
+        Replaced, // the client assigned another provider (or the same one, with a new bid)
         Released, // the client ended it without a replacement
         Rejected, // a quorum rejected one of its checkpoints
         Completed, // its checkpoint finished the job
-        Expired // the job expired while it was live
+        Expired, // the job expired while it was live
+        Resigned // its provider gave it up
     }
 
-    /// @dev Packed so that `acceptCheckpoint` touches few slots.
+    /// @dev Packed for `acceptCheckpoint`, the call a job makes most: it reads slots 0-4 only
+    ///      (the client, the price cap, the deposit and the hashes are read elsewhere), and
+    ///      the final accept's status write lands in slot 0, which the step write has already
+    ///      dirtied, so completing costs a warm write, not a fresh one.
     struct Job {
-        // slot 0
-        address client;
-        uint64 epoch;
+        // slot 0: the decision checks and the payee
+        address provider;
+        uint64 lastAcceptedStep;
         Status status;
         uint8 quorum;
         // slot 1
-        address provider;
-        uint64 lastAcceptedStep;
-        // slot 2
         address token;
-        uint64 totalSteps;
-        // slot 3
+        uint64 epoch;
+        // slot 2
         uint128 pricePerStep;
         uint128 remaining;
-        // slot 4
-        uint128 maxPricePerStep;
-        uint128 deposit;
-        // slot 5
+        // slot 3
+        uint64 totalSteps;
         uint64 checkpointInterval;
         uint64 deadline;
         uint64 grace;
-        // slot 6
+        // slot 4
         bytes32 lastCheckpointHash;
+        // slot 5
+        address client;
+        // slot 6
+        uint128 maxPricePerStep;
+        uint128 deposit;
         // slot 7
         bytes32 specHash;
+        // slot 8
+        bytes32 terms;
         address[] verifiers;
     }
 
     /// @notice A job as `getJob` returns it. `remaining` is the budget not yet paid nor
-    ///         refunded; `deposit` the budget pulled at creation; `lastCheckpointHash` is the
-    ///         last accepted checkpoint, or `specHash` before any.
+    ///         refunded (after completion: the refund `settle` will credit); `deposit` the
+    ///         budget pulled at creation; `lastCheckpointHash` is the last accepted
+    ///         checkpoint, or `specHash` before any; `terms` what every bid signs.
     struct JobView {
         address client;
         address token;
@@ -93,20 +114,27 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         uint8 quorum;
         uint64 deadline;
         uint64 grace;
+        bytes32 terms;
     }
 
+    /// @dev `bonded` backs live epochs and can be slashed; `unbonding` cannot be slashed nor
+    ///      reserved and is paid out from `unbondAt` on. `unbondAt` and `liveEpochs` share a
+    ///      slot that is zero when a provider holds nothing and unbonds nothing, so ending its
+    ///      last epoch clears the slot (a gas refund on the final accept).
     struct Stake {
-        uint128 amount;
-        // 0 while bonded; the time the stake can be withdrawn once unbonding
-        uint64 unbondAt;
-        // epochs this provider currently holds, across jobs
-        uint32 liveEpochs;
+        // slot 0
+        uint128 bonded;
+        uint128 unbonding;
+        // slot 1
+        uint64 unbondAt; // 0 while nothing is unbonding
+        uint32 liveEpochs; // epochs this provider currently holds, across jobs
     }
 
     // ------------------------------------------------------------ constants
 
-    bytes32 public constant BID_TYPEHASH =
-        keccak256("Bid(uint256 jobId,uint64 epoch,address provider,uint256 pricePerStep,uint64 expiry)");
+    bytes32 public constant BID_TYPEHASH = keccak256(
+        "Bid(uint256 jobId,bytes32 terms,uint64 epoch,address provider,uint256 pricePerStep,uint64 expiry)"
+    );
     bytes32 public constant VOTE_TYPEHASH =
         keccak256("Vote(uint256 jobId,uint64 epoch,uint64 step,bytes32 checkpointHash,bool accept)");
 
@@ -117,12 +145,18 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
 
     /// @notice The token every provider stakes in.
     IERC20 public immutable stakeToken;
-    /// @notice Stake needed to be assigned, and the most one rejected epoch slashes.
+    /// @notice Stake reserved per live epoch, and what one rejected epoch slashes.
     uint256 public immutable minStake;
-    /// @notice Seconds between `requestUnbond` and `withdrawStake`.
+    /// @notice Seconds between the last `requestUnbond` and `withdrawStake`.
     uint64 public immutable unbondDelay;
+    /// @notice The furthest ahead of its creation a job's deadline may be, in seconds.
+    uint64 public immutable maxDuration;
+    /// @notice The longest grace a job may have after its deadline, in seconds.
+    uint64 public immutable maxGrace;
 
     uint256 public jobCount;
+    /// @notice Stake slashed so far. It stays in this contract for good: no function pays it out.
+    uint256 public burned;
     mapping(uint256 jobId => Job) private _jobs;
     mapping(uint256 jobId => mapping(address verifier => bool)) private _isVerifier;
     mapping(address provider => Stake) private _stakes;
@@ -166,7 +200,7 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         address indexed provider,
         uint256 amount
     );
-    /// @notice A quorum rejected `step`; the epoch ends and `slashed` stake goes to the client.
+    /// @notice A quorum rejected `step`; the epoch ends and `slashed` stake is burned.
     event CheckpointRejected(
         uint256 indexed jobId,
         uint64 indexed epoch,
@@ -175,18 +209,21 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         address indexed provider,
         uint256 slashed
     );
-    /// @notice The final step was accepted; `refund` was credited to the client.
+    /// @notice The final step was accepted; `refund` is left for `settle` to credit to the client.
     event JobCompleted(uint256 indexed jobId, uint256 refund);
+    /// @notice The completed job's `refund` was credited to `client`.
+    event JobSettled(uint256 indexed jobId, address indexed client, uint256 refund);
     /// @notice The job was exited after deadline + grace; `refund` was credited to the client.
     event JobExpired(uint256 indexed jobId, uint256 refund);
-    /// @notice `provider` added `amount` to its stake, now `total`.
-    event Staked(address indexed provider, uint256 amount, uint256 total);
-    /// @notice `provider` may withdraw its `amount` of stake from `availableAt` on.
+    /// @notice `provider` added `amount` to its bonded stake, now `totalBonded`.
+    event Staked(address indexed provider, uint256 amount, uint256 totalBonded);
+    /// @notice `provider` moved `amount` of bonded stake to unbonding; everything it has
+    ///         unbonding can be withdrawn from `availableAt` on.
     event UnbondRequested(address indexed provider, uint256 amount, uint64 availableAt);
-    /// @notice `provider` took its stake back.
+    /// @notice `provider` took its unbonded stake back.
     event StakeWithdrawn(address indexed provider, uint256 amount);
-    /// @notice `amount` of `provider`'s stake was credited to `beneficiary` (the job's client).
-    event Slashed(address indexed provider, uint256 indexed jobId, uint256 amount, address beneficiary);
+    /// @notice `amount` of `provider`'s stake was burned for a rejected epoch of `jobId`.
+    event Slashed(address indexed provider, uint256 indexed jobId, uint256 amount);
     /// @notice `account` withdrew `amount` of `token` credited to it.
     event Withdrawn(address indexed account, address indexed token, uint256 amount);
 
@@ -199,15 +236,20 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
     error InvalidVerifiers();
     error InvalidQuorum();
     error DeadlinePassed();
+    error DeadlineTooFar(uint64 deadline, uint256 latest);
+    error GraceTooLong(uint64 grace, uint64 maxGrace);
+    error ClientIsVerifier();
     error BudgetTooSmall(uint256 budget, uint256 needed);
     error DepositMismatch(uint256 received, uint256 expected);
     error UnknownJob(uint256 jobId);
     error NotClient();
+    error NotProvider();
     error WrongStatus(Status status);
     error WrongEpoch(uint64 given, uint64 current);
     error BidExpired(uint64 expiry);
     error PriceTooHigh(uint256 price, uint256 maxPrice);
-    error InsufficientStake(uint256 stake, uint256 needed);
+    error ProviderIsVerifier(address provider);
+    error InsufficientStake(uint256 bonded, uint256 needed);
     error BadSignature(uint256 index);
     error WrongSigner(address recovered, address expected);
     error NotVerifier(address signer);
@@ -218,19 +260,24 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
     error StepOffInterval(uint64 step);
     error TooLate();
     error TooEarly(uint256 allowedAt);
-    error UnbondPending();
+    error StakeLocked(uint256 free, uint256 requested);
     error NotUnbonding();
-    error LiveEpochs(uint32 count);
+    error NothingToSettle();
     error NothingToWithdraw();
 
     // ---------------------------------------------------------- constructor
 
-    constructor(IERC20 stakeToken_, uint256 minStake_, uint64 unbondDelay_) EIP712("GpuChain JobEscrow", "1") {
+    /// @param maxDuration_ must be non-zero; `maxGrace_` may be zero (no grace at all).
+    constructor(IERC20 stakeToken_, uint256 minStake_, uint64 unbondDelay_, uint64 maxDuration_, uint64 maxGrace_)
+        EIP712("GpuChain JobEscrow", "1")
+    {
         if (address(stakeToken_) == address(0)) revert ZeroAddress();
-        if (minStake_ == 0) revert ZeroAmount();
+        if (minStake_ == 0 || maxDuration_ == 0) revert ZeroAmount();
         stakeToken = stakeToken_;
         minStake = minStake_;
         unbondDelay = unbondDelay_;
+        maxDuration = maxDuration_;
+        maxGrace = maxGrace_;
     }
 
     // ----------------------------------------------------------------- jobs
@@ -238,8 +285,12 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
     /// @notice Opens a job and pulls `budget` of `token` from the caller (approve first).
     ///         The budget must cover every step at the maximum price, so no accepted
     ///         checkpoint can ever be short of funds.
-    /// @param verifiers distinct, non-zero; `quorum` of them must sign each decision.
-    /// @param deadline  no assignment after it; `expire` is open from `deadline + grace`.
+    /// @param verifiers 2..32 distinct, non-zero accounts, the caller not among them: a client
+    ///        that could vote could reject honest work on its own.
+    /// @param quorum    a strict majority of `verifiers` must sign each decision, so two
+    ///        disjoint quorums (one accepting, one rejecting) cannot both exist.
+    /// @param deadline  in the future and at most `maxDuration` ahead; no assignment after it.
+    /// @param grace     at most `maxGrace`; `expire` is open from `deadline + grace`.
     function createJob(
         IERC20 token,
         uint256 budget,
@@ -256,9 +307,11 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         if (budget == 0 || maxPricePerStep == 0) revert ZeroAmount();
         if (budget > type(uint128).max || maxPricePerStep > type(uint128).max) revert AmountTooLarge();
         if (totalSteps == 0 || checkpointInterval == 0 || checkpointInterval > totalSteps) revert InvalidSteps();
-        if (verifiers.length == 0 || verifiers.length > MAX_VERIFIERS) revert InvalidVerifiers();
-        if (quorum == 0 || quorum > verifiers.length) revert InvalidQuorum();
+        if (verifiers.length < 2 || verifiers.length > MAX_VERIFIERS) revert InvalidVerifiers();
+        if (uint256(quorum) * 2 <= verifiers.length || quorum > verifiers.length) revert InvalidQuorum();
         if (deadline <= block.timestamp) revert DeadlinePassed();
+        if (deadline > block.timestamp + maxDuration) revert DeadlineTooFar(deadline, block.timestamp + maxDuration);
+        if (grace > maxGrace) revert GraceTooLong(grace, maxGrace);
         // uint128 × uint64 cannot overflow uint256
         if (budget < maxPricePerStep * totalSteps) revert BudgetTooSmall(budget, maxPricePerStep * totalSteps);
 
@@ -283,6 +336,7 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         // keeps that acceptCheckpoint about 17k gas cheaper.
         job.lastCheckpointHash = specHash;
         job.verifiers = verifiers;
+        job.terms = _terms(job, verifiers);
         _emitCreated(jobId, job);
 
         _pullExact(token, budget);
@@ -290,8 +344,11 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
 
     /// @notice Client only. Opens epoch `current + 1` for `provider` at `pricePerStep`,
     ///         starting from the last accepted step and checkpoint, and ends the current
-    ///         epoch if one is live (its unaccepted steps are never paid).
-    /// @param bidSig the provider's EIP-712 `Bid` for exactly this job, epoch, price and expiry.
+    ///         epoch if one is live (its unaccepted steps are never paid). The provider must
+    ///         not be one of the job's verifiers and must have `minStake` bonded for every
+    ///         epoch it would then hold, this one included.
+    /// @param bidSig the provider's EIP-712 `Bid` for exactly this job's terms, epoch, price
+    ///        and expiry.
     function assign(uint256 jobId, address provider, uint256 pricePerStep, uint64 bidExpiry, bytes calldata bidSig)
         external
         nonReentrant
@@ -304,24 +361,27 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         if (block.timestamp > bidExpiry) revert BidExpired(bidExpiry);
         if (pricePerStep > job.maxPricePerStep) revert PriceTooHigh(pricePerStep, job.maxPricePerStep);
         if (pricePerStep == 0) revert ZeroAmount();
+        // A provider that votes on its own checkpoints could approve its own work.
+        if (_isVerifier[jobId][provider]) revert ProviderIsVerifier(provider);
+
+        // End the live epoch before counting the provider's reservations, so that assigning
+        // the same provider again does not need stake for its old epoch too. A revert below
+        // rolls this back.
+        if (status == Status.Assigned) _endEpoch(jobId, job, EndReason.Replaced);
 
         Stake storage st = _stakes[provider];
-        if (st.unbondAt != 0) revert UnbondPending();
-        if (st.amount < minStake) revert InsufficientStake(st.amount, minStake);
+        uint32 live = st.liveEpochs;
+        uint256 needed = (uint256(live) + 1) * minStake;
+        if (st.bonded < needed) revert InsufficientStake(st.bonded, needed);
 
         uint64 newEpoch = job.epoch + 1;
-        bytes32 digest = hashBid(jobId, newEpoch, provider, pricePerStep, bidExpiry);
-        (address recovered, ECDSA.RecoverError err,) = ECDSA.tryRecover(digest, bidSig);
-        if (err != ECDSA.RecoverError.NoError) revert BadSignature(0);
-        if (recovered != provider) revert WrongSigner(recovered, provider);
-
-        if (status == Status.Assigned) _endEpoch(jobId, job, EndReason.Replaced);
+        _checkBid(hashBid(jobId, job.terms, newEpoch, provider, pricePerStep, bidExpiry), provider, bidSig);
 
         job.epoch = newEpoch;
         job.provider = provider;
         job.pricePerStep = uint128(pricePerStep);
         job.status = Status.Assigned;
-        st.liveEpochs += 1;
+        st.liveEpochs = live + 1;
 
         emit ProviderAssigned(jobId, newEpoch, provider, pricePerStep, job.lastAcceptedStep, job.lastCheckpointHash);
     }
@@ -335,10 +395,21 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         job.status = Status.Open;
     }
 
+    /// @notice The assigned provider only: gives up the live epoch without a slash. Its
+    ///         unaccepted work is unpaid, its reservation is released, and the job is open
+    ///         for a new assignment (this provider included, with a new bid).
+    function resign(uint256 jobId) external nonReentrant {
+        Job storage job = _existing(jobId);
+        if (job.status != Status.Assigned) revert WrongStatus(job.status);
+        if (msg.sender != job.provider) revert NotProvider();
+        _endEpoch(jobId, job, EndReason.Resigned);
+        job.status = Status.Open;
+    }
+
     /// @notice Anyone may submit a quorum of accept `Vote`s for the current epoch's checkpoint
     ///         at `step` (strictly after the last accepted one; on the interval or the final
     ///         step). Credits the provider `(step - lastAccepted) * price`; the final step
-    ///         completes the job and credits the rest of the budget to the client.
+    ///         completes the job, leaving the rest of the budget for `settle`.
     function acceptCheckpoint(
         uint256 jobId,
         uint64 epoch,
@@ -347,33 +418,32 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         bytes[] calldata sigs
     ) external nonReentrant {
         Job storage job = _existing(jobId);
-        uint64 last = _checkDecision(jobId, job, epoch, step, checkpointHash, true, sigs);
+        (uint64 last, uint64 total) = _checkDecision(jobId, job, epoch, step, checkpointHash, true, sigs);
 
         address provider = job.provider;
-        address token = job.token;
         // price ≤ maxPrice and budget ≥ maxPrice × totalSteps, so `remaining` always covers this
         uint128 amount = uint128(step - last) * job.pricePerStep;
         uint128 remaining = job.remaining - amount;
         job.lastAcceptedStep = step;
         job.lastCheckpointHash = checkpointHash;
-        _withdrawable[provider][token] += amount;
+        job.remaining = remaining;
+        _withdrawable[provider][job.token] += amount;
         emit CheckpointAccepted(jobId, epoch, step, checkpointHash, provider, amount);
 
-        if (step == job.totalSteps) {
-            job.remaining = 0;
+        if (step == total) {
+            // The refund stays in `remaining` until `settle`: crediting the client here would
+            // write a (usually fresh) balance slot on the hottest path.
             job.status = Status.Completed;
             _stakes[provider].liveEpochs -= 1;
-            _withdrawable[job.client][token] += remaining;
             emit EpochEnded(jobId, epoch, EndReason.Completed);
             emit JobCompleted(jobId, remaining);
-        } else {
-            job.remaining = remaining;
         }
     }
 
     /// @notice Anyone may submit a quorum of reject `Vote`s for a checkpoint of the current
-    ///         epoch: the epoch ends, the provider is slashed `min(stake, minStake)` to the
-    ///         client (in the stake token), and the job is open for a new assignment.
+    ///         epoch: the epoch ends, `minStake` of the provider's bonded stake is burned, and
+    ///         the job is open for a new assignment. The client gets nothing from it: whoever
+    ///         could profit from a reject could cause one.
     function rejectCheckpoint(
         uint256 jobId,
         uint64 epoch,
@@ -386,15 +456,29 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
 
         address provider = job.provider;
         Stake storage st = _stakes[provider];
-        uint128 slashed = st.amount < minStake ? st.amount : uint128(minStake);
-        st.amount -= slashed;
-        address client = job.client;
-        _withdrawable[client][address(stakeToken)] += slashed;
+        // bonded ≥ liveEpochs × minStake holds always, so this is minStake; the min is a guard
+        uint128 bonded = st.bonded;
+        uint128 slashed = bonded < minStake ? bonded : uint128(minStake);
+        st.bonded = bonded - slashed;
+        burned += slashed;
 
         emit CheckpointRejected(jobId, epoch, step, checkpointHash, provider, slashed);
-        emit Slashed(provider, jobId, slashed, client);
+        emit Slashed(provider, jobId, slashed);
         _endEpoch(jobId, job, EndReason.Rejected);
         job.status = Status.Open;
+    }
+
+    /// @notice Anyone, once the job is completed: credits what is left of the budget to the
+    ///         client. Once per job; a job that used its whole budget has nothing to settle.
+    function settle(uint256 jobId) external nonReentrant {
+        Job storage job = _existing(jobId);
+        if (job.status != Status.Completed) revert WrongStatus(job.status);
+        uint128 refund = job.remaining;
+        if (refund == 0) revert NothingToSettle();
+        job.remaining = 0;
+        address client = job.client;
+        _withdrawable[client][job.token] += refund;
+        emit JobSettled(jobId, client, refund);
     }
 
     /// @notice Anyone, from `deadline + grace` on: ends any live epoch and credits the unspent
@@ -416,42 +500,50 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
 
     // ------------------------------------------------------ provider stake
 
-    /// @notice Adds `amount` of the stake token to the caller's stake (approve first).
+    /// @notice Adds `amount` of the stake token to the caller's bonded stake (approve first).
+    ///         Allowed while some stake is unbonding; that stays unbonding.
     function register(uint256 amount) external nonReentrant {
         if (amount == 0) revert ZeroAmount();
         Stake storage st = _stakes[msg.sender];
-        if (st.unbondAt != 0) revert UnbondPending();
-        uint256 total = st.amount + amount;
+        uint256 total = st.bonded + amount;
         if (total > type(uint128).max) revert AmountTooLarge();
-        st.amount = uint128(total);
+        st.bonded = uint128(total);
         emit Staked(msg.sender, amount, total);
 
         _pullExact(stakeToken, amount);
     }
 
-    /// @notice Starts the unbonding delay for the caller's whole stake. Not while the caller
-    ///         holds a live epoch; an unbonding provider cannot be assigned.
-    function requestUnbond() external {
+    /// @notice Moves `amount` of the caller's bonded stake to unbonding and (re)starts the
+    ///         delay for everything unbonding. Only stake above the reservation of its live
+    ///         epochs (`liveEpochs × minStake`) is free to unbond; unbonding stake can be
+    ///         neither reserved nor slashed.
+    function requestUnbond(uint256 amount) external {
+        if (amount == 0) revert ZeroAmount();
         Stake storage st = _stakes[msg.sender];
-        if (st.amount == 0) revert ZeroAmount();
-        if (st.unbondAt != 0) revert UnbondPending();
-        if (st.liveEpochs != 0) revert LiveEpochs(st.liveEpochs);
+        uint128 bonded = st.bonded;
+        uint256 locked = uint256(st.liveEpochs) * minStake;
+        uint256 free = bonded > locked ? bonded - locked : 0;
+        if (amount > free) revert StakeLocked(free, amount);
+        // amount ≤ bonded < 2^128
+        st.bonded = bonded - uint128(amount);
+        st.unbonding += uint128(amount);
         uint64 availableAt = uint64(block.timestamp) + unbondDelay;
         st.unbondAt = availableAt;
-        emit UnbondRequested(msg.sender, st.amount, availableAt);
+        emit UnbondRequested(msg.sender, amount, availableAt);
     }
 
-    /// @notice Pays the caller's stake out once the unbonding delay has passed.
+    /// @notice Pays the caller's unbonding stake out once the delay has passed; bonded stake
+    ///         stays.
     function withdrawStake() external nonReentrant {
         Stake storage st = _stakes[msg.sender];
+        uint256 amount = st.unbonding;
+        if (amount == 0) revert NotUnbonding();
         uint64 unbondAt = st.unbondAt;
-        if (unbondAt == 0) revert NotUnbonding();
         if (block.timestamp < unbondAt) revert TooEarly(unbondAt);
-        uint256 amount = st.amount;
-        st.amount = 0;
+        st.unbonding = 0;
         st.unbondAt = 0;
         emit StakeWithdrawn(msg.sender, amount);
-        if (amount != 0) stakeToken.safeTransfer(msg.sender, amount);
+        stakeToken.safeTransfer(msg.sender, amount);
     }
 
     // ------------------------------------------------------------- payouts
@@ -487,16 +579,27 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         v.quorum = job.quorum;
         v.deadline = job.deadline;
         v.grace = job.grace;
+        v.terms = job.terms;
+    }
+
+    /// @return the job's terms, what every bid for it signs (see `createJob`'s `_terms`).
+    function termsOf(uint256 jobId) external view returns (bytes32) {
+        return _existing(jobId).terms;
     }
 
     function withdrawable(address account, IERC20 token) external view returns (uint256) {
         return _withdrawable[account][address(token)];
     }
 
-    /// @return amount staked, `unbondAt` (0 while bonded) and the number of live epochs held.
-    function stakeOf(address provider) external view returns (uint256 amount, uint64 unbondAt, uint32 liveEpochs) {
+    /// @return bonded (reservable and slashable), unbonding (paid out from `unbondAt`; 0 when
+    ///         nothing is unbonding), and the number of live epochs held.
+    function stakeOf(address provider)
+        external
+        view
+        returns (uint256 bonded, uint256 unbonding, uint64 unbondAt, uint32 liveEpochs)
+    {
         Stake storage st = _stakes[provider];
-        return (st.amount, st.unbondAt, st.liveEpochs);
+        return (st.bonded, st.unbonding, st.unbondAt, st.liveEpochs);
     }
 
     function isVerifier(uint256 jobId, address account) external view returns (bool) {
@@ -508,12 +611,14 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
     }
 
     /// @return the EIP-712 digest a provider signs for a `Bid`.
-    function hashBid(uint256 jobId, uint64 epoch, address provider, uint256 pricePerStep, uint64 expiry)
+    function hashBid(uint256 jobId, bytes32 terms, uint64 epoch, address provider, uint256 pricePerStep, uint64 expiry)
         public
         view
         returns (bytes32)
     {
-        return _hashTypedDataV4(keccak256(abi.encode(BID_TYPEHASH, jobId, epoch, provider, pricePerStep, expiry)));
+        return _hashTypedDataV4(
+            keccak256(abi.encode(BID_TYPEHASH, jobId, terms, epoch, provider, pricePerStep, expiry))
+        );
     }
 
     /// @return the EIP-712 digest a verifier signs for a `Vote`.
@@ -532,7 +637,8 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         if (job.status == Status.None) revert UnknownJob(jobId);
     }
 
-    /// @dev The checks shared by accept and reject; returns the last accepted step.
+    /// @dev The checks shared by accept and reject; returns the last accepted step and the
+    ///      job's total, which the caller needs too.
     function _checkDecision(
         uint256 jobId,
         Job storage job,
@@ -541,13 +647,13 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         bytes32 checkpointHash,
         bool accept,
         bytes[] calldata sigs
-    ) private view returns (uint64 last) {
+    ) private view returns (uint64 last, uint64 total) {
         if (job.status != Status.Assigned) revert WrongStatus(job.status);
         if (epoch != job.epoch) revert WrongEpoch(epoch, job.epoch);
         if (block.timestamp > uint256(job.deadline) + job.grace) revert TooLate();
         last = job.lastAcceptedStep;
         if (step <= last) revert StepNotIncreasing(step, last);
-        uint64 total = job.totalSteps;
+        total = job.totalSteps;
         if (step > total || (step != total && step % job.checkpointInterval != 0)) revert StepOffInterval(step);
         _checkQuorum(jobId, job.quorum, hashVote(jobId, epoch, step, checkpointHash, accept), sigs);
     }
@@ -570,12 +676,42 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         }
     }
 
+    /// @dev The bid must be a valid low-s signature by `provider` itself.
+    function _checkBid(bytes32 digest, address provider, bytes calldata sig) private pure {
+        (address recovered, ECDSA.RecoverError err,) = ECDSA.tryRecover(digest, sig);
+        if (err != ECDSA.RecoverError.NoError) revert BadSignature(0);
+        if (recovered != provider) revert WrongSigner(recovered, provider);
+    }
+
     function _listVerifiers(uint256 jobId, address[] calldata verifiers) private {
         for (uint256 i; i < verifiers.length; ++i) {
             address v = verifiers[i];
             if (v == address(0) || _isVerifier[jobId][v]) revert InvalidVerifiers();
+            if (v == msg.sender) revert ClientIsVerifier();
             _isVerifier[jobId][v] = true;
         }
+    }
+
+    /// @dev What a bid signs: everything the client fixed at creation, so a provider's bid
+    ///      is good only for the job it read, never for a job with the same id and other
+    ///      terms (after a reorg, or shown to it by a dishonest node). The verifier list
+    ///      enters as the keccak of its 32-byte-padded entries, in order.
+    function _terms(Job storage job, address[] calldata verifiers) private view returns (bytes32) {
+        return keccak256(
+            abi.encode(
+                job.client,
+                job.token,
+                uint256(job.deposit),
+                uint256(job.maxPricePerStep),
+                job.totalSteps,
+                job.checkpointInterval,
+                job.specHash,
+                keccak256(abi.encodePacked(verifiers)),
+                job.quorum,
+                job.deadline,
+                job.grace
+            )
+        );
     }
 
     /// @dev Fee-on-transfer or rebasing tokens would break the books: take exactly

@@ -36,8 +36,11 @@ contract Eip712VectorTest is EscrowFixture {
     }
 
     function test_vector_bid() public view {
+        bytes32 terms = vm.parseJsonBytes32(json, ".bid.message.terms");
+        assertEq(terms, bytes32(0x5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c), "bid terms");
         bytes32 digest = at.hashBid(
             vm.parseJsonUint(json, ".bid.message.jobId"),
+            terms,
             uint64(vm.parseJsonUint(json, ".bid.message.epoch")),
             vm.parseJsonAddress(json, ".bid.message.provider"),
             vm.parseJsonUint(json, ".bid.message.pricePerStep"),

@@ -68,6 +68,8 @@ contract JobEscrowFuzzTest is EscrowFixture {
             step = next;
         }
         assertEq(uint256(escrow.getJob(jobId).status), uint256(JobEscrow.Status.Completed), "completed");
+        assertEq(escrow.getJob(jobId).remaining, p.budget - expectedPaid, "the refund waits for settle");
+        if (p.budget > expectedPaid) escrow.settle(jobId);
 
         uint256 paid = _withdrawAll(provider);
         uint256 refunded = _withdrawAll(client);
@@ -107,6 +109,8 @@ contract JobEscrowFuzzTest is EscrowFixture {
         if (!finishes) {
             vm.warp(block.timestamp + DEADLINE_IN + GRACE);
             escrow.expire(jobId);
+        } else if (escrow.getJob(jobId).remaining != 0) {
+            escrow.settle(jobId);
         }
         uint256 paidA = _withdrawAll(provider);
         uint256 paidB = _withdrawAll(provider2);
@@ -116,8 +120,8 @@ contract JobEscrowFuzzTest is EscrowFixture {
         assertEq(paidA + paidB + refunded, p.budget, "payouts + refund == deposit");
     }
 
-    /// Slashing moves stake, never budget.
-    function testFuzz_reject_movesOnlyStake(uint256 extraStake, uint64 total, uint64 interval) public {
+    /// Slashing burns exactly minStake of stake, never budget, and credits no one.
+    function testFuzz_reject_burnsExactlyMinStake(uint256 extraStake, uint64 total, uint64 interval) public {
         extraStake = bound(extraStake, 0, 1_000e6);
         usdc.mint(provider, extraStake);
         if (extraStake > 0) _register(provider, extraStake);
@@ -126,9 +130,11 @@ contract JobEscrowFuzzTest is EscrowFixture {
         _assign(jobId, PROVIDER_PK, p.maxPrice);
         uint64 epoch = _currentEpoch(jobId);
         escrow.rejectCheckpoint(jobId, epoch, p.interval, keccak256("junk"), _quorumVotes(jobId, epoch, p.interval, keccak256("junk"), false));
-        (uint256 stake,,) = escrow.stakeOf(provider);
-        assertEq(stake, extraStake, "exactly minStake slashed");
-        assertEq(escrow.withdrawable(client, token), MIN_STAKE, "slash credited to the client");
+        (uint256 bonded,,,) = escrow.stakeOf(provider);
+        assertEq(bonded, extraStake, "exactly minStake slashed");
+        assertEq(escrow.burned(), MIN_STAKE, "and burned");
+        assertEq(escrow.withdrawable(client, token), 0, "nothing credited to the client");
         assertEq(escrow.getJob(jobId).remaining, p.budget, "budget untouched");
+        assertEq(usdc.balanceOf(address(escrow)), p.budget + 2 * MIN_STAKE + extraStake, "nothing left the escrow");
     }
 }

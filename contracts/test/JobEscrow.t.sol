@@ -6,6 +6,7 @@ import {JobEscrow} from "../src/JobEscrow.sol";
 import {TestUSDC} from "../src/TestUSDC.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/ReentrancyGuardTransient.sol";
+import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 
 contract TestUSDCTest is EscrowFixture {
     function test_decimalsAndMint() public {
@@ -21,25 +22,69 @@ contract ConstructorTest is EscrowFixture {
         assertEq(address(escrow.stakeToken()), address(usdc), "stake token");
         assertEq(escrow.minStake(), MIN_STAKE, "min stake");
         assertEq(escrow.unbondDelay(), UNBOND_DELAY, "delay");
+        assertEq(escrow.maxDuration(), MAX_DURATION, "max duration");
+        assertEq(escrow.maxGrace(), MAX_GRACE, "max grace");
+        assertEq(escrow.burned(), 0, "nothing burned");
     }
 
     function test_constructor_revertsOnZeroToken() public {
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.ZeroAddress.selector));
-        new JobEscrow(IERC20(address(0)), MIN_STAKE, UNBOND_DELAY);
+        new JobEscrow(IERC20(address(0)), MIN_STAKE, UNBOND_DELAY, MAX_DURATION, MAX_GRACE);
     }
 
     function test_constructor_revertsOnZeroMinStake() public {
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.ZeroAmount.selector));
-        new JobEscrow(IERC20(address(usdc)), 0, UNBOND_DELAY);
+        new JobEscrow(IERC20(address(usdc)), 0, UNBOND_DELAY, MAX_DURATION, MAX_GRACE);
+    }
+
+    function test_constructor_revertsOnZeroMaxDuration() public {
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.ZeroAmount.selector));
+        new JobEscrow(IERC20(address(usdc)), MIN_STAKE, UNBOND_DELAY, 0, MAX_GRACE);
+    }
+
+    /// A zero maxGrace is allowed: jobs then expire right at their deadline.
+    function test_constructor_zeroMaxGraceAllowsOnlyZeroGrace() public {
+        JobEscrow strict = new JobEscrow(IERC20(address(usdc)), MIN_STAKE, UNBOND_DELAY, MAX_DURATION, 0);
+        vm.startPrank(client);
+        usdc.approve(address(strict), type(uint256).max);
+        uint64 dl = uint64(block.timestamp) + 100;
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.GraceTooLong.selector, 1, 0));
+        strict.createJob(IERC20(address(usdc)), 1e6, 1, 10, 5, bytes32(0), _verifiers(), 2, dl, 1);
+        strict.createJob(IERC20(address(usdc)), 1e6, 1, 10, 5, bytes32(0), _verifiers(), 2, dl, 0);
+        vm.stopPrank();
     }
 }
 
 contract CreateJobTest is EscrowFixture {
     function test_createJob_pullsBudgetAndStoresJob() public {
         uint256 before = usdc.balanceOf(client);
+        uint64 deadline = uint64(block.timestamp) + DEADLINE_IN;
         vm.expectEmit(address(escrow));
         emit JobEscrow.JobCreated(
-            1,
+            1, client, address(usdc), 5e6, 10_000, 400, 50, keccak256("spec"), _verifiers(), 2, deadline, GRACE
+        );
+        uint256 jobId = _defaultJob();
+        assertEq(jobId, 1, "first id");
+        assertEq(usdc.balanceOf(client), before - 5e6, "client paid");
+        assertEq(usdc.balanceOf(address(escrow)), 5e6, "escrow holds");
+        JobEscrow.JobView memory j = escrow.getJob(jobId);
+        assertEq(j.client, client, "client");
+        assertEq(uint256(j.status), uint256(JobEscrow.Status.Open), "open");
+        assertEq(j.deposit, 5e6, "deposit");
+        assertEq(j.remaining, 5e6, "remaining");
+        assertEq(j.verifiers.length, 3, "verifiers");
+        assertEq(j.deadline, deadline, "deadline");
+        assertEq(j.grace, GRACE, "grace");
+        assertTrue(escrow.isVerifier(jobId, v2), "v2 listed");
+        assertTrue(!escrow.isVerifier(jobId, outsider), "outsider not listed");
+        assertEq(_defaultJob(), 2, "ids increase");
+    }
+
+    /// The terms hash is keccak over the creation arguments, the verifier list as the keccak of
+    /// its 32-byte-padded entries: computed here without the escrow's encoder.
+    function test_createJob_termsHashMatchesIndependentComputation() public {
+        uint256 jobId = _defaultJob();
+        bytes32 expected = _expectedTerms(
             client,
             address(usdc),
             5e6,
@@ -52,19 +97,33 @@ contract CreateJobTest is EscrowFixture {
             uint64(block.timestamp) + DEADLINE_IN,
             GRACE
         );
-        uint256 jobId = _defaultJob();
-        assertEq(jobId, 1, "first id");
-        assertEq(usdc.balanceOf(client), before - 5e6, "client paid");
-        assertEq(usdc.balanceOf(address(escrow)), 5e6, "escrow holds");
-        JobEscrow.JobView memory j = escrow.getJob(jobId);
-        assertEq(j.client, client, "client");
-        assertEq(uint256(j.status), uint256(JobEscrow.Status.Open), "open");
-        assertEq(j.deposit, 5e6, "deposit");
-        assertEq(j.remaining, 5e6, "remaining");
-        assertEq(j.verifiers.length, 3, "verifiers");
-        assertTrue(escrow.isVerifier(jobId, v2), "v2 listed");
-        assertTrue(!escrow.isVerifier(jobId, outsider), "outsider not listed");
-        assertEq(_defaultJob(), 2, "ids increase");
+        // and once more by hand, word by word, for the list hash
+        bytes32 listHash = keccak256(
+            bytes.concat(bytes32(uint256(uint160(v1))), bytes32(uint256(uint160(v2))), bytes32(uint256(uint160(v3))))
+        );
+        assertEq(listHash, keccak256(abi.encode(v1, v2, v3)), "list hash: padded words");
+        assertEq(escrow.termsOf(jobId), expected, "termsOf");
+        assertEq(escrow.getJob(jobId).terms, expected, "getJob().terms");
+
+        // any one argument changes the terms: here the verifier order alone
+        address[] memory vs = _verifiers();
+        (vs[0], vs[1]) = (vs[1], vs[0]);
+        vm.prank(client);
+        uint256 other = escrow.createJob(
+            IERC20(address(usdc)),
+            5e6,
+            10_000,
+            400,
+            50,
+            keccak256("spec"),
+            vs,
+            2,
+            uint64(block.timestamp) + DEADLINE_IN,
+            GRACE
+        );
+        assertTrue(escrow.termsOf(other) != expected, "order is part of the terms");
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.UnknownJob.selector, 9));
+        escrow.termsOf(9);
     }
 
     function _create(
@@ -77,8 +136,29 @@ contract CreateJobTest is EscrowFixture {
         uint8 quorum,
         uint64 deadline
     ) internal {
+        _createG(token, budget, maxPrice, total, interval, vs, quorum, deadline, GRACE);
+    }
+
+    function _createG(
+        address token,
+        uint256 budget,
+        uint256 maxPrice,
+        uint64 total,
+        uint64 interval,
+        address[] memory vs,
+        uint8 quorum,
+        uint64 deadline,
+        uint64 grace
+    ) internal {
         vm.prank(client);
-        escrow.createJob(IERC20(token), budget, maxPrice, total, interval, bytes32(0), vs, quorum, deadline, GRACE);
+        escrow.createJob(IERC20(token), budget, maxPrice, total, interval, bytes32(0), vs, quorum, deadline, grace);
+    }
+
+    function _accounts(uint256 n) internal pure returns (address[] memory vs) {
+        vs = new address[](n);
+        for (uint256 i; i < n; ++i) {
+            vs[i] = address(uint160(0x1000 + i));
+        }
     }
 
     function test_createJob_reverts_badArguments() public {
@@ -103,7 +183,7 @@ contract CreateJobTest is EscrowFixture {
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidVerifiers.selector));
         _create(t, 1e6, 1, 10, 5, new address[](0), 1, dl);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidVerifiers.selector));
-        _create(t, 1e6, 1, 10, 5, new address[](33), 1, dl);
+        _create(t, 1e6, 1, 10, 5, _accounts(33), 17, dl);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidQuorum.selector));
         _create(t, 1e6, 1, 10, 5, vs, 0, dl);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidQuorum.selector));
@@ -114,6 +194,71 @@ contract CreateJobTest is EscrowFixture {
         _create(t, 999, 100, 10, 5, vs, 2, dl);
     }
 
+    /// One verifier is a quorum of one: a single key would decide alone.
+    function test_createJob_reverts_fewerThanTwoVerifiers() public {
+        uint64 dl = uint64(block.timestamp) + 100;
+        address[] memory one = new address[](1);
+        one[0] = v1;
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidVerifiers.selector));
+        _create(address(usdc), 1e6, 1, 10, 5, one, 1, dl);
+        address[] memory two = new address[](2);
+        two[0] = v1;
+        two[1] = v2;
+        _create(address(usdc), 1e6, 1, 10, 5, two, 2, dl);
+        _create(address(usdc), 1e6, 1, 10, 5, _accounts(32), 17, dl);
+        assertEq(escrow.jobCount(), 2, "2 and 32 verifiers are fine");
+    }
+
+    /// The quorum must be a strict majority, so an accepting and a rejecting quorum always
+    /// share a verifier.
+    function test_createJob_reverts_nonMajorityQuorum() public {
+        uint64 dl = uint64(block.timestamp) + 100;
+        address t = address(usdc);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidQuorum.selector));
+        _create(t, 1e6, 1, 10, 5, _verifiers(), 1, dl);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidQuorum.selector));
+        _create(t, 1e6, 1, 10, 5, _accounts(2), 1, dl);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidQuorum.selector));
+        _create(t, 1e6, 1, 10, 5, _accounts(4), 2, dl);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidQuorum.selector));
+        _create(t, 1e6, 1, 10, 5, _accounts(32), 16, dl);
+        // quorum × 2 is computed wide: a large uint8 quorum is refused, not an overflow
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidQuorum.selector));
+        _create(t, 1e6, 1, 10, 5, _accounts(32), 200, dl);
+        _create(t, 1e6, 1, 10, 5, _accounts(4), 3, dl);
+        _create(t, 1e6, 1, 10, 5, _verifiers(), 3, dl);
+        assertEq(escrow.jobCount(), 2, "majorities are fine");
+    }
+
+    function test_createJob_reverts_deadlineTooFar() public {
+        uint64 latest = uint64(block.timestamp) + MAX_DURATION;
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.DeadlineTooFar.selector, latest + 1, uint256(latest)));
+        _create(address(usdc), 1e6, 1, 10, 5, _verifiers(), 2, latest + 1);
+        vm.expectRevert(
+            abi.encodeWithSelector(JobEscrow.DeadlineTooFar.selector, type(uint64).max, uint256(latest))
+        );
+        _create(address(usdc), 1e6, 1, 10, 5, _verifiers(), 2, type(uint64).max);
+        _create(address(usdc), 1e6, 1, 10, 5, _verifiers(), 2, latest);
+        assertEq(escrow.getJob(1).deadline, latest, "exactly maxDuration ahead is fine");
+    }
+
+    function test_createJob_reverts_graceTooLong() public {
+        uint64 dl = uint64(block.timestamp) + 100;
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.GraceTooLong.selector, MAX_GRACE + 1, MAX_GRACE));
+        _createG(address(usdc), 1e6, 1, 10, 5, _verifiers(), 2, dl, MAX_GRACE + 1);
+        _createG(address(usdc), 1e6, 1, 10, 5, _verifiers(), 2, dl, MAX_GRACE);
+        _createG(address(usdc), 1e6, 1, 10, 5, _verifiers(), 2, dl, 0);
+        assertEq(escrow.getJob(1).grace, MAX_GRACE, "exactly maxGrace is fine");
+    }
+
+    /// A client that could vote would reject honest work on its own key.
+    function test_createJob_reverts_clientIsVerifier() public {
+        address[] memory vs = _verifiers();
+        vs[1] = client;
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.ClientIsVerifier.selector));
+        _create(address(usdc), 1e6, 1, 10, 5, vs, 2, uint64(block.timestamp) + 100);
+    }
+
     function test_createJob_reverts_duplicateOrZeroVerifier() public {
         address[] memory vs = _verifiers();
         vs[2] = v1;
@@ -122,6 +267,41 @@ contract CreateJobTest is EscrowFixture {
         vs[2] = address(0);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidVerifiers.selector));
         _create(address(usdc), 1e6, 1, 10, 5, vs, 2, uint64(block.timestamp) + 100);
+    }
+
+    /// The spec's order: verifiers count, quorum, deadline passed, too far, grace, budget,
+    /// then each listed verifier in turn (zero/duplicate, then the client).
+    function test_createJob_checkOrder() public {
+        address t = address(usdc);
+        uint64 now_ = uint64(block.timestamp);
+        uint64 far = now_ + MAX_DURATION + 1;
+        address[] memory one = new address[](1);
+        one[0] = v1;
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidSteps.selector));
+        _create(t, 1e6, 1, 0, 0, one, 0, now_);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidVerifiers.selector));
+        _create(t, 1e6, 1, 10, 5, one, 0, now_);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidQuorum.selector));
+        _create(t, 1e6, 1, 10, 5, _verifiers(), 1, now_);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.DeadlinePassed.selector));
+        _createG(t, 1e6, 1, 10, 5, _verifiers(), 2, now_, MAX_GRACE + 1);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.DeadlineTooFar.selector, far, uint256(far - 1)));
+        _createG(t, 1e6, 1, 10, 5, _verifiers(), 2, far, MAX_GRACE + 1);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.GraceTooLong.selector, MAX_GRACE + 1, MAX_GRACE));
+        _createG(t, 1, 1, 10, 5, _verifiers(), 2, now_ + 100, MAX_GRACE + 1);
+        address[] memory vs = _verifiers();
+        vs[0] = client;
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.BudgetTooSmall.selector, 1, 10));
+        _create(t, 1, 1, 10, 5, vs, 2, now_ + 100);
+        // [client, v2, v3]: the client is met first
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.ClientIsVerifier.selector));
+        _create(t, 1e6, 1, 10, 5, vs, 2, now_ + 100);
+        // [v1, v1, client]: the duplicate is met first
+        vs[0] = v1;
+        vs[1] = v1;
+        vs[2] = client;
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InvalidVerifiers.selector));
+        _create(t, 1e6, 1, 10, 5, vs, 2, now_ + 100);
     }
 
     function test_createJob_reverts_feeOnTransferToken() public {
@@ -140,29 +320,45 @@ contract CreateJobTest is EscrowFixture {
 }
 
 contract StakeTest is EscrowFixture {
+    function _stake(address who) internal view returns (uint256 bonded, uint256 unbonding, uint64 at, uint32 live) {
+        return escrow.stakeOf(who);
+    }
+
     function test_register_addsStake() public {
         vm.expectEmit(address(escrow));
         emit JobEscrow.Staked(provider, MIN_STAKE, MIN_STAKE);
         _register(provider, MIN_STAKE);
         _register(provider, 5);
-        (uint256 amount, uint64 unbondAt, uint32 live) = escrow.stakeOf(provider);
-        assertEq(amount, MIN_STAKE + 5, "stake");
-        assertEq(unbondAt, 0, "bonded");
+        (uint256 bonded, uint256 unbonding, uint64 unbondAt, uint32 live) = _stake(provider);
+        assertEq(bonded, MIN_STAKE + 5, "stake");
+        assertEq(unbonding, 0, "nothing unbonding");
+        assertEq(unbondAt, 0, "no delay");
         assertEq(live, 0, "no epochs");
         assertEq(usdc.balanceOf(address(escrow)), MIN_STAKE + 5, "held");
     }
 
-    function test_register_revertsOnZero() public {
+    function test_register_revertsOnZeroOrTooLarge() public {
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.ZeroAmount.selector));
         _register(provider, 0);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.AmountTooLarge.selector));
+        _register(provider, uint256(type(uint128).max) + 1);
     }
 
-    function test_register_revertsWhileUnbonding() public {
+    /// Registering while something unbonds adds to the bonded part and leaves the unbonding
+    /// part and its delay alone.
+    function test_register_whileUnbonding() public {
         _register(provider, MIN_STAKE);
         vm.prank(provider);
-        escrow.requestUnbond();
-        vm.expectRevert(abi.encodeWithSelector(JobEscrow.UnbondPending.selector));
-        _register(provider, 1);
+        escrow.requestUnbond(40e6);
+        (,, uint64 at,) = _stake(provider);
+        vm.warp(block.timestamp + 1 days);
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.Staked(provider, 5, MIN_STAKE - 40e6 + 5);
+        _register(provider, 5);
+        (uint256 bonded, uint256 unbonding, uint64 at2,) = _stake(provider);
+        assertEq(bonded, MIN_STAKE - 40e6 + 5, "bonded grew");
+        assertEq(unbonding, 40e6, "unbonding untouched");
+        assertEq(at2, at, "delay untouched");
     }
 
     function test_unbond_fullCycle() public {
@@ -171,7 +367,11 @@ contract StakeTest is EscrowFixture {
         vm.prank(provider);
         vm.expectEmit(address(escrow));
         emit JobEscrow.UnbondRequested(provider, MIN_STAKE, uint64(block.timestamp) + UNBOND_DELAY);
-        escrow.requestUnbond();
+        escrow.requestUnbond(MIN_STAKE);
+        (uint256 bonded, uint256 unbonding, uint64 unbondAt,) = _stake(provider);
+        assertEq(bonded, 0, "moved out of bonded");
+        assertEq(unbonding, MIN_STAKE, "into unbonding");
+        assertEq(unbondAt, block.timestamp + UNBOND_DELAY, "delay");
 
         vm.warp(block.timestamp + UNBOND_DELAY - 1);
         vm.prank(provider);
@@ -184,33 +384,94 @@ contract StakeTest is EscrowFixture {
         emit JobEscrow.StakeWithdrawn(provider, MIN_STAKE);
         escrow.withdrawStake();
         assertEq(usdc.balanceOf(provider), before + MIN_STAKE, "stake back");
-        (uint256 amount, uint64 unbondAt,) = escrow.stakeOf(provider);
-        assertEq(amount + unbondAt, 0, "cleared");
+        (bonded, unbonding, unbondAt,) = _stake(provider);
+        assertEq(bonded + unbonding + unbondAt, 0, "cleared");
 
         vm.prank(provider);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.NotUnbonding.selector));
         escrow.withdrawStake();
     }
 
-    function test_requestUnbond_reverts() public {
+    function test_requestUnbond_revertsOnZeroOrNoStake() public {
         vm.prank(provider);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.ZeroAmount.selector));
-        escrow.requestUnbond();
-
+        escrow.requestUnbond(0);
+        vm.prank(provider);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.StakeLocked.selector, 0, 1));
+        escrow.requestUnbond(1);
         _register(provider, MIN_STAKE);
+        vm.prank(provider);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.StakeLocked.selector, MIN_STAKE, MIN_STAKE + 1));
+        escrow.requestUnbond(MIN_STAKE + 1);
+    }
+
+    /// Only stake above liveEpochs × minStake can be unbonded, in parts; each request
+    /// restarts the delay for everything unbonding.
+    function test_requestUnbond_partialOfFreeStakeOnly() public {
+        _register(provider, 250e6);
         uint256 jobId = _defaultJob();
         _assign(jobId, PROVIDER_PK, 1000);
         vm.prank(provider);
-        vm.expectRevert(abi.encodeWithSelector(JobEscrow.LiveEpochs.selector, 1));
-        escrow.requestUnbond();
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.StakeLocked.selector, 150e6, 150e6 + 1));
+        escrow.requestUnbond(150e6 + 1);
 
+        vm.prank(provider);
+        escrow.requestUnbond(50e6);
+        (uint256 bonded, uint256 unbonding, uint64 at,) = _stake(provider);
+        assertEq(bonded, 200e6, "bonded after the first part");
+        assertEq(unbonding, 50e6, "unbonding after the first part");
+        assertEq(at, block.timestamp + UNBOND_DELAY, "first delay");
+
+        vm.warp(block.timestamp + 1 days);
+        vm.prank(provider);
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.UnbondRequested(provider, 100e6, uint64(block.timestamp) + UNBOND_DELAY);
+        escrow.requestUnbond(100e6);
+        (bonded, unbonding, at,) = _stake(provider);
+        assertEq(bonded, MIN_STAKE, "exactly the reservation stays");
+        assertEq(unbonding, 150e6, "both parts unbond");
+        assertEq(at, block.timestamp + UNBOND_DELAY, "delay restarted");
+
+        vm.prank(provider);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.StakeLocked.selector, 0, 1));
+        escrow.requestUnbond(1);
+    }
+
+    /// Withdrawing after the delay pays the unbonding part only; the bonded part keeps backing
+    /// the live epoch and can still be slashed for it.
+    function test_withdrawStake_paysOnlyUnbondingPart() public {
+        _register(provider, 300e6);
+        // a job that outlives the unbonding delay
         vm.prank(client);
-        escrow.releaseProvider(jobId);
+        uint256 jobId = escrow.createJob(
+            IERC20(address(usdc)),
+            5e6,
+            10_000,
+            400,
+            50,
+            keccak256("spec"),
+            _verifiers(),
+            2,
+            uint64(block.timestamp) + UNBOND_DELAY + 1 days,
+            GRACE
+        );
+        _assign(jobId, PROVIDER_PK, 1000);
         vm.prank(provider);
-        escrow.requestUnbond();
+        escrow.requestUnbond(200e6);
+        vm.warp(block.timestamp + UNBOND_DELAY);
+        uint256 before = usdc.balanceOf(provider);
         vm.prank(provider);
-        vm.expectRevert(abi.encodeWithSelector(JobEscrow.UnbondPending.selector));
-        escrow.requestUnbond();
+        escrow.withdrawStake();
+        assertEq(usdc.balanceOf(provider) - before, 200e6, "paid the unbonding part");
+        (uint256 bonded, uint256 unbonding, uint64 at, uint32 live) = _stake(provider);
+        assertEq(bonded, MIN_STAKE, "bonded stays");
+        assertEq(unbonding + at, 0, "unbonding cleared");
+        assertEq(live, 1, "still live");
+
+        escrow.rejectCheckpoint(jobId, 1, 50, _ckpt(50), _quorumVotes(jobId, 1, 50, _ckpt(50), false));
+        (bonded,,,) = _stake(provider);
+        assertEq(bonded, 0, "the reservation was there to slash");
+        assertEq(escrow.burned(), MIN_STAKE, "burned");
     }
 
     function test_withdrawStake_revertsWhenNotUnbonding() public {
@@ -231,6 +492,10 @@ contract AssignTest is EscrowFixture {
         _register(provider2, MIN_STAKE);
     }
 
+    function _live(address who) internal view returns (uint32 live) {
+        (,,, live) = escrow.stakeOf(who);
+    }
+
     function test_assign_opensEpochOne() public {
         uint64 expiry = uint64(block.timestamp) + 600;
         bytes memory sig = _bidSig(PROVIDER_PK, jobId, 1, 1000, expiry);
@@ -243,8 +508,7 @@ contract AssignTest is EscrowFixture {
         assertEq(j.provider, provider, "provider");
         assertEq(j.pricePerStep, 1000, "price");
         assertEq(uint256(j.status), uint256(JobEscrow.Status.Assigned), "assigned");
-        (,, uint32 live) = escrow.stakeOf(provider);
-        assertEq(live, 1, "live epoch");
+        assertEq(_live(provider), 1, "live epoch");
     }
 
     function test_assign_replacementEndsPreviousEpochAndStartsAtLastAccepted() public {
@@ -258,10 +522,23 @@ contract AssignTest is EscrowFixture {
         emit JobEscrow.ProviderAssigned(jobId, 2, provider2, 900, 50, _ckpt(50));
         vm.prank(client);
         escrow.assign(jobId, provider2, 900, expiry, sig);
-        (,, uint32 live1) = escrow.stakeOf(provider);
-        (,, uint32 live2) = escrow.stakeOf(provider2);
-        assertEq(live1, 0, "old provider released");
-        assertEq(live2, 1, "new provider live");
+        assertEq(_live(provider), 0, "old provider released");
+        assertEq(_live(provider2), 1, "new provider live");
+    }
+
+    /// The live epoch ends before the stake check, so a provider with stake for one epoch can
+    /// be re-assigned to the job it holds (a new bid, a new epoch).
+    function test_assign_sameProviderAgainNeedsNoSecondReservation() public {
+        _assign(jobId, PROVIDER_PK, 1000);
+        uint64 expiry = uint64(block.timestamp) + 600;
+        bytes memory sig = _bidSig(PROVIDER_PK, jobId, 2, 800, expiry);
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.EpochEnded(jobId, 1, JobEscrow.EndReason.Replaced);
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.ProviderAssigned(jobId, 2, provider, 800, 0, keccak256("spec"));
+        vm.prank(client);
+        escrow.assign(jobId, provider, 800, expiry, sig);
+        assertEq(_live(provider), 1, "one epoch, one reservation");
     }
 
     function test_assign_revertsForNonClient() public {
@@ -299,6 +576,7 @@ contract AssignTest is EscrowFixture {
         escrow.assign(jobId, provider, 0, expiry, sig);
     }
 
+    /// No stake, or stake that is unbonding (which can be neither reserved nor slashed).
     function test_assign_revertsOnInsufficientOrUnbondingStake() public {
         uint64 expiry = uint64(block.timestamp) + 600;
         bytes memory sig = _bidSig(OUTSIDER_PK, jobId, 1, 1000, expiry);
@@ -307,16 +585,88 @@ contract AssignTest is EscrowFixture {
         escrow.assign(jobId, outsider, 1000, expiry, sig);
 
         vm.prank(provider);
-        escrow.requestUnbond();
+        escrow.requestUnbond(1);
         sig = _bidSig(PROVIDER_PK, jobId, 1, 1000, expiry);
         vm.prank(client);
-        vm.expectRevert(abi.encodeWithSelector(JobEscrow.UnbondPending.selector));
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InsufficientStake.selector, MIN_STAKE - 1, MIN_STAKE));
         escrow.assign(jobId, provider, 1000, expiry, sig);
+        // topping the bonded part up while the rest unbonds is enough
+        _register(provider, 1);
+        vm.prank(client);
+        escrow.assign(jobId, provider, 1000, expiry, sig);
+        assertEq(_live(provider), 1, "assigned while something unbonds");
+    }
+
+    /// Stake is reserved per live epoch: minStake bonded holds one epoch, not two; once the
+    /// first ends the second can be assigned; 2 × minStake holds two.
+    function test_assign_reservesStakePerLiveEpoch() public {
+        uint256 second = _defaultJob();
+        _assign(jobId, PROVIDER_PK, 1000);
+        uint64 expiry = uint64(block.timestamp) + 600;
+        bytes memory sig = _bidSig(PROVIDER_PK, second, 1, 1000, expiry);
+        vm.prank(client);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InsufficientStake.selector, MIN_STAKE, 2 * MIN_STAKE));
+        escrow.assign(second, provider, 1000, expiry, sig);
+
+        vm.prank(client);
+        escrow.releaseProvider(jobId);
+        vm.prank(client);
+        escrow.assign(second, provider, 1000, expiry, sig);
+        assertEq(_live(provider), 1, "the other job now");
+
+        _register(provider2, MIN_STAKE);
+        _assign(jobId, PROVIDER2_PK, 1000);
+        uint256 third = _defaultJob();
+        _assign(third, PROVIDER2_PK, 1000);
+        assertEq(_live(provider2), 2, "2 x minStake holds two epochs");
+    }
+
+    /// A provider that is one of the job's verifiers could vote on its own work.
+    function test_assign_revertsWhenProviderIsVerifier() public {
+        _fund(v1, MIN_STAKE);
+        _register(v1, MIN_STAKE);
+        uint64 expiry = uint64(block.timestamp) + 600;
+        bytes memory sig = _bidSig(V1_PK, jobId, 1, 1000, expiry);
+        vm.prank(client);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.ProviderIsVerifier.selector, v1));
+        escrow.assign(jobId, v1, 1000, expiry, sig);
+        // on a job it does not verify, the same account may provide
+        address[] memory vs = new address[](3);
+        vs[0] = v2;
+        vs[1] = v3;
+        vs[2] = outsider;
+        vm.prank(client);
+        uint256 other = escrow.createJob(
+            IERC20(address(usdc)), 5e6, 10_000, 400, 50, keccak256("spec"), vs, 2, uint64(block.timestamp) + 100, 0
+        );
+        _assign(other, V1_PK, 1000);
+        assertEq(escrow.getJob(other).provider, v1, "provider elsewhere");
+    }
+
+    /// The spec's order after the price checks: verifier, (end the live epoch), stake, signature.
+    function test_assign_checkOrder() public {
+        uint64 expiry = uint64(block.timestamp) + 600;
+        // a zero price before the verifier check
+        vm.prank(client);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.ZeroAmount.selector));
+        escrow.assign(jobId, v1, 0, expiry, "");
+        // a verifier with no stake and no signature: the verifier check first
+        vm.prank(client);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.ProviderIsVerifier.selector, v2));
+        escrow.assign(jobId, v2, 1000, expiry, "");
+        // no stake and no signature: the stake check first
+        vm.prank(client);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InsufficientStake.selector, 0, MIN_STAKE));
+        escrow.assign(jobId, outsider, 1000, expiry, "");
+        // stake but a malformed signature
+        vm.prank(client);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.BadSignature.selector, 0));
+        escrow.assign(jobId, provider, 1000, expiry, "");
     }
 
     function test_assign_revertsOnBidSignedByAnother() public {
         uint64 expiry = uint64(block.timestamp) + 600;
-        bytes32 digest = escrow.hashBid(jobId, 1, provider, 1000, expiry);
+        bytes32 digest = escrow.hashBid(jobId, escrow.termsOf(jobId), 1, provider, 1000, expiry);
         bytes memory sig = signDigest(PROVIDER2_PK, digest);
         vm.prank(client);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongSigner.selector, provider2, provider));
@@ -334,6 +684,17 @@ contract AssignTest is EscrowFixture {
         escrow.assign(jobId, provider, 1000, expiry + 1, sig);
     }
 
+    /// A bid over other terms (the same job id, epoch, provider, price and expiry) is refused.
+    function test_assign_revertsOnBidSignedOverOtherTerms() public {
+        uint64 expiry = uint64(block.timestamp) + 600;
+        bytes32 other = keccak256("terms the provider read elsewhere");
+        bytes memory sig = _bidSigOver(PROVIDER_PK, jobId, other, 1, 1000, expiry);
+        address recovered = ECDSA.recover(escrow.hashBid(jobId, escrow.termsOf(jobId), 1, provider, 1000, expiry), sig);
+        vm.prank(client);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongSigner.selector, recovered, provider));
+        escrow.assign(jobId, provider, 1000, expiry, sig);
+    }
+
     function test_assign_revertsOnBidReplayedIntoAnotherEpoch() public {
         uint64 expiry = uint64(block.timestamp) + 600;
         bytes memory sig = _bidSig(PROVIDER_PK, jobId, 1, 1000, expiry);
@@ -347,6 +708,8 @@ contract AssignTest is EscrowFixture {
 
     function test_assign_revertsOnBidReplayedAcrossJobs() public {
         uint256 other = _defaultJob();
+        // the same creation arguments in the same block: the same terms, only the id differs
+        assertEq(escrow.termsOf(other), escrow.termsOf(jobId), "same terms");
         uint64 expiry = uint64(block.timestamp) + 600;
         bytes memory sig = _bidSig(PROVIDER_PK, jobId, 1, 1000, expiry);
         vm.prank(client);
@@ -391,8 +754,7 @@ contract AssignTest is EscrowFixture {
         vm.prank(client);
         escrow.releaseProvider(jobId);
         assertEq(uint256(escrow.getJob(jobId).status), uint256(JobEscrow.Status.Open), "open again");
-        (,, uint32 live) = escrow.stakeOf(provider);
-        assertEq(live, 0, "released");
+        assertEq(_live(provider), 0, "released");
 
         vm.prank(client);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Open));
@@ -405,6 +767,198 @@ contract AssignTest is EscrowFixture {
 
         _assign(jobId, PROVIDER_PK, 1000);
         assertEq(escrow.getJob(jobId).epoch, 2, "next epoch");
+    }
+}
+
+contract ResignTest is EscrowFixture {
+    uint256 internal jobId;
+
+    function setUp() public override {
+        super.setUp();
+        jobId = _defaultJob();
+        _register(provider, MIN_STAKE);
+        _register(provider2, MIN_STAKE);
+        _assign(jobId, PROVIDER_PK, 1000);
+    }
+
+    function _resign() internal {
+        vm.prank(provider);
+        escrow.resign(jobId);
+    }
+
+    /// Resigning ends the epoch with reason Resigned and slashes nothing; accepted work stays
+    /// paid and the job is open again from the last accepted checkpoint.
+    function test_resign_endsEpochWithoutSlash() public {
+        _accept(jobId, 50, _ckpt(50));
+        uint256 held = usdc.balanceOf(address(escrow));
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.EpochEnded(jobId, 1, JobEscrow.EndReason.Resigned);
+        _resign();
+        JobEscrow.JobView memory j = escrow.getJob(jobId);
+        assertEq(uint256(j.status), uint256(JobEscrow.Status.Open), "open again");
+        assertEq(j.epoch, 1, "no new epoch yet");
+        assertEq(j.lastAcceptedStep, 50, "accepted work kept");
+        assertEq(j.remaining, 5e6 - 50_000, "budget untouched");
+        (uint256 bonded, uint256 unbonding,, uint32 live) = escrow.stakeOf(provider);
+        assertEq(bonded, MIN_STAKE, "no slash");
+        assertEq(unbonding, 0, "nothing moved");
+        assertEq(live, 0, "epoch ended");
+        assertEq(escrow.burned(), 0, "nothing burned");
+        assertEq(escrow.withdrawable(provider, IERC20(address(usdc))), 50_000, "accepted steps paid");
+        assertEq(escrow.withdrawable(client, IERC20(address(usdc))), 0, "the client gets nothing");
+        assertEq(usdc.balanceOf(address(escrow)), held, "no tokens moved");
+    }
+
+    function test_resign_reverts() public {
+        vm.prank(client);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.NotProvider.selector));
+        escrow.resign(jobId);
+        vm.prank(provider2);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.NotProvider.selector));
+        escrow.resign(jobId);
+        vm.prank(provider);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.UnknownJob.selector, 9));
+        escrow.resign(9);
+
+        _resign();
+        // Open: the status check comes before the caller check
+        vm.prank(provider);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Open));
+        escrow.resign(jobId);
+        vm.prank(outsider);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Open));
+        escrow.resign(jobId);
+
+        _assign(jobId, PROVIDER_PK, 1000);
+        _accept(jobId, 400, _ckpt(400));
+        vm.prank(provider);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Completed));
+        escrow.resign(jobId);
+    }
+
+    /// Steps done in the resigned epoch but not accepted are never paid: its votes are dead.
+    function test_resign_unacceptedStepsUnpaid() public {
+        _accept(jobId, 50, _ckpt(50));
+        bytes[] memory late = _quorumVotes(jobId, 1, 100, _ckpt(100), true);
+        _resign();
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Open));
+        escrow.acceptCheckpoint(jobId, 1, 100, _ckpt(100), late);
+        _assign(jobId, PROVIDER2_PK, 1000);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongEpoch.selector, 1, 2));
+        escrow.acceptCheckpoint(jobId, 1, 100, _ckpt(100), late);
+        assertEq(escrow.withdrawable(provider, IERC20(address(usdc))), 50_000, "only the accepted 50 steps");
+    }
+
+    /// Resigning releases the reservation: the stake can back another job, or be unbonded.
+    function test_resign_releasesReservation() public {
+        uint256 second = _defaultJob();
+        uint64 expiry = uint64(block.timestamp) + 600;
+        bytes memory sig = _bidSig(PROVIDER_PK, second, 1, 1000, expiry);
+        vm.prank(client);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.InsufficientStake.selector, MIN_STAKE, 2 * MIN_STAKE));
+        escrow.assign(second, provider, 1000, expiry, sig);
+        vm.prank(provider);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.StakeLocked.selector, 0, MIN_STAKE));
+        escrow.requestUnbond(MIN_STAKE);
+
+        _resign();
+        vm.prank(client);
+        escrow.assign(second, provider, 1000, expiry, sig);
+        vm.prank(provider);
+        escrow.resign(second);
+        vm.prank(provider);
+        escrow.requestUnbond(MIN_STAKE);
+        (uint256 bonded, uint256 unbonding,,) = escrow.stakeOf(provider);
+        assertEq(bonded, 0, "all free");
+        assertEq(unbonding, MIN_STAKE, "all unbonding");
+    }
+
+    /// A resigned provider may be assigned again, with a new bid for the new epoch (its old
+    /// bid named epoch 1).
+    function test_resign_providerCanBeAssignedAgain() public {
+        _accept(jobId, 50, _ckpt(50));
+        uint64 expiry = uint64(block.timestamp) + 600;
+        bytes memory old = _bidSig(PROVIDER_PK, jobId, 1, 1000, expiry);
+        _resign();
+        vm.prank(client);
+        vm.expectPartialRevert(JobEscrow.WrongSigner.selector);
+        escrow.assign(jobId, provider, 1000, expiry, old);
+
+        bytes memory fresh = _bidSig(PROVIDER_PK, jobId, 2, 900, expiry);
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.ProviderAssigned(jobId, 2, provider, 900, 50, _ckpt(50));
+        vm.prank(client);
+        escrow.assign(jobId, provider, 900, expiry, fresh);
+        _accept(jobId, 100, _ckpt(100));
+        assertEq(escrow.withdrawable(provider, IERC20(address(usdc))), 50_000 + 45_000, "paid at the new price");
+    }
+}
+
+contract SettleTest is EscrowFixture {
+    uint256 internal jobId;
+
+    function setUp() public override {
+        super.setUp();
+        jobId = _defaultJob();
+        _register(provider, MIN_STAKE);
+        _assign(jobId, PROVIDER_PK, 1000);
+    }
+
+    function test_settle_revertsBeforeCompletion() public {
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Assigned));
+        escrow.settle(jobId);
+        vm.prank(client);
+        escrow.releaseProvider(jobId);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Open));
+        escrow.settle(jobId);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.UnknownJob.selector, 9));
+        escrow.settle(9);
+        vm.warp(block.timestamp + DEADLINE_IN + GRACE);
+        escrow.expire(jobId);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Expired));
+        escrow.settle(jobId);
+    }
+
+    /// Completion leaves the refund in `remaining`; anyone may settle it to the client, once,
+    /// to the unit.
+    function test_settle_anyoneCreditsExactRefundOnce() public {
+        _accept(jobId, 400, _ckpt(400));
+        JobEscrow.JobView memory j = escrow.getJob(jobId);
+        assertEq(j.remaining, 5e6 - 400_000, "refund waits in remaining");
+        assertEq(escrow.withdrawable(client, IERC20(address(usdc))), 0, "not credited yet");
+
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.JobSettled(jobId, client, 5e6 - 400_000);
+        vm.prank(outsider);
+        escrow.settle(jobId);
+        assertEq(escrow.withdrawable(client, IERC20(address(usdc))), 5e6 - 400_000, "refund credited");
+        assertEq(escrow.withdrawable(outsider, IERC20(address(usdc))), 0, "the caller gets nothing");
+        assertEq(escrow.getJob(jobId).remaining, 0, "nothing left");
+
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.NothingToSettle.selector));
+        escrow.settle(jobId);
+        vm.prank(client);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.NothingToSettle.selector));
+        escrow.settle(jobId);
+
+        uint256 before = usdc.balanceOf(client);
+        vm.prank(client);
+        escrow.withdraw(IERC20(address(usdc)));
+        assertEq(usdc.balanceOf(client) - before, 5e6 - 400_000, "refund paid out");
+    }
+
+    /// A job that spent its whole budget completes with a zero refund and has nothing to settle.
+    function test_settle_nothingWhenBudgetSpent() public {
+        uint256 tight = _createJob(400 * 10_000, 10_000, 400, 50);
+        _register(provider2, MIN_STAKE);
+        _assign(tight, PROVIDER2_PK, 10_000);
+        uint64 epoch = _currentEpoch(tight);
+        bytes[] memory sigs = _quorumVotes(tight, epoch, 400, _ckpt(400), true);
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.JobCompleted(tight, 0);
+        escrow.acceptCheckpoint(tight, epoch, 400, _ckpt(400), sigs);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.NothingToSettle.selector));
+        escrow.settle(tight);
     }
 }
 
@@ -444,7 +998,8 @@ contract CheckpointTest is EscrowFixture {
         assertEq(escrow.getJob(jobId).lastAcceptedStep, 50, "accepted");
     }
 
-    function test_accept_completesJobAndRefunds() public {
+    /// Completion pays the last steps and ends the epoch; the refund waits for `settle`.
+    function test_accept_completesJobAndLeavesRefundToSettle() public {
         _accept(jobId, 350, _ckpt(350));
         bytes[] memory sigs = _quorumVotes(jobId, 1, 400, _ckpt(400), true);
         vm.expectEmit(address(escrow));
@@ -457,10 +1012,12 @@ contract CheckpointTest is EscrowFixture {
 
         JobEscrow.JobView memory j = escrow.getJob(jobId);
         assertEq(uint256(j.status), uint256(JobEscrow.Status.Completed), "completed");
-        assertEq(j.remaining, 0, "nothing left");
-        (,, uint32 live) = escrow.stakeOf(provider);
+        assertEq(j.remaining, 5e6 - 400_000, "the refund stays until settled");
+        assertEq(escrow.withdrawable(client, IERC20(address(usdc))), 0, "not credited by the accept");
+        (,,, uint32 live) = escrow.stakeOf(provider);
         assertEq(live, 0, "epoch over");
 
+        escrow.settle(jobId);
         uint256 clientBefore = usdc.balanceOf(client);
         uint256 providerBefore = usdc.balanceOf(provider);
         vm.prank(client);
@@ -592,7 +1149,7 @@ contract CheckpointTest is EscrowFixture {
     }
 
     function test_accept_revertsOnVotesReplayedAcrossContracts() public {
-        JobEscrow twin = new JobEscrow(IERC20(address(usdc)), MIN_STAKE, UNBOND_DELAY);
+        JobEscrow twin = _deploy();
         // the same job, epoch and provider on a second escrow
         vm.startPrank(client);
         usdc.approve(address(twin), type(uint256).max);
@@ -605,7 +1162,7 @@ contract CheckpointTest is EscrowFixture {
         twin.register(MIN_STAKE);
         vm.stopPrank();
         uint64 expiry = uint64(block.timestamp) + 1;
-        bytes memory bid = signDigest(PROVIDER2_PK, twin.hashBid(1, 1, provider2, 1000, expiry));
+        bytes memory bid = signDigest(PROVIDER2_PK, twin.hashBid(1, twin.termsOf(1), 1, provider2, 1000, expiry));
         vm.prank(client);
         twin.assign(1, provider2, 1000, expiry, bid);
 
@@ -632,22 +1189,28 @@ contract CheckpointTest is EscrowFixture {
         escrow.acceptCheckpoint(77, 0, 50, _ckpt(50), sigs);
     }
 
-    function test_reject_slashesToClientAndReopens() public {
+    /// A reject burns minStake: it is counted in `burned`, stays in the escrow, and is
+    /// credited to no one.
+    function test_reject_burnsSlashAndReopens() public {
         _accept(jobId, 50, _ckpt(50));
+        uint256 held = usdc.balanceOf(address(escrow));
         bytes32 junk = keccak256("junk");
         bytes[] memory sigs = _quorumVotes(jobId, 1, 100, junk, false);
         vm.expectEmit(address(escrow));
         emit JobEscrow.CheckpointRejected(jobId, 1, 100, junk, provider, MIN_STAKE);
         vm.expectEmit(address(escrow));
-        emit JobEscrow.Slashed(provider, jobId, MIN_STAKE, client);
+        emit JobEscrow.Slashed(provider, jobId, MIN_STAKE);
         vm.expectEmit(address(escrow));
         emit JobEscrow.EpochEnded(jobId, 1, JobEscrow.EndReason.Rejected);
         escrow.rejectCheckpoint(jobId, 1, 100, junk, sigs);
 
-        (uint256 stake,, uint32 live) = escrow.stakeOf(provider);
-        assertEq(stake, 0, "slashed");
+        (uint256 bonded,,, uint32 live) = escrow.stakeOf(provider);
+        assertEq(bonded, 0, "slashed");
         assertEq(live, 0, "epoch ended");
-        assertEq(escrow.withdrawable(client, IERC20(address(usdc))), MIN_STAKE, "slash to client");
+        assertEq(escrow.burned(), MIN_STAKE, "burned");
+        assertEq(usdc.balanceOf(address(escrow)), held, "the slash stays in the escrow");
+        assertEq(escrow.withdrawable(client, IERC20(address(usdc))), 0, "the client gets nothing");
+        assertEq(escrow.withdrawable(v1, IERC20(address(usdc))), 0, "the verifiers get nothing");
         JobEscrow.JobView memory j = escrow.getJob(jobId);
         assertEq(uint256(j.status), uint256(JobEscrow.Status.Open), "reopened");
         assertEq(j.lastAcceptedStep, 50, "accepted work kept");
@@ -667,19 +1230,34 @@ contract CheckpointTest is EscrowFixture {
         escrow.rejectCheckpoint(jobId, 1, 100, junk, sigs);
     }
 
-    function test_reject_slashesAtMostWhatIsLeft() public {
-        // 1.5 × minStake, two live epochs, both rejected: minStake then the half left
+    /// Reservation makes every reject slash exactly minStake: 1.5 × minStake cannot hold two
+    /// epochs, 2 × minStake + 7 can, and two rejects leave exactly 7.
+    function test_reject_slashesExactlyMinStakePerEpoch() public {
         _register(provider2, MIN_STAKE / 2);
         uint256 second = _defaultJob();
         _assign(second, PROVIDER2_PK, 1000);
         uint256 first = _defaultJob();
-        _assign(first, PROVIDER2_PK, 1000);
+        uint64 expiry = uint64(block.timestamp) + 600;
+        bytes memory bid = _bidSig(PROVIDER2_PK, first, 1, 1000, expiry);
+        vm.prank(client);
+        vm.expectRevert(
+            abi.encodeWithSelector(JobEscrow.InsufficientStake.selector, MIN_STAKE + MIN_STAKE / 2, 2 * MIN_STAKE)
+        );
+        escrow.assign(first, provider2, 1000, expiry, bid);
+
+        _register(provider2, MIN_STAKE / 2 + 7);
+        vm.prank(client);
+        escrow.assign(first, provider2, 1000, expiry, bid);
         escrow.rejectCheckpoint(first, 1, 50, _ckpt(50), _quorumVotes(first, 1, 50, _ckpt(50), false));
+        (uint256 bonded,,,) = escrow.stakeOf(provider2);
+        assertEq(bonded, MIN_STAKE + 7, "first reject: minStake");
         escrow.rejectCheckpoint(second, 1, 50, _ckpt(50), _quorumVotes(second, 1, 50, _ckpt(50), false));
-        (uint256 stake,, uint32 live) = escrow.stakeOf(provider2);
-        assertEq(stake, 0, "all slashed");
+        uint32 live;
+        (bonded,,, live) = escrow.stakeOf(provider2);
+        assertEq(bonded, 7, "second reject: minStake");
         assertEq(live, 0, "no epochs");
-        assertEq(escrow.withdrawable(client, IERC20(address(usdc))), MIN_STAKE + MIN_STAKE / 2, "client got both");
+        assertEq(escrow.burned(), 2 * MIN_STAKE, "both burned");
+        assertEq(escrow.withdrawable(client, IERC20(address(usdc))), 0, "the client got nothing");
     }
 
     function test_reject_revertsLikeAccept() public {
@@ -728,7 +1306,7 @@ contract ExpireAndWithdrawTest is EscrowFixture {
         escrow.expire(jobId);
         assertEq(escrow.withdrawable(client, IERC20(address(usdc))), 5e6 - 100_000, "refund");
         assertEq(escrow.withdrawable(provider, IERC20(address(usdc))), 100_000, "earned kept");
-        (,, uint32 live) = escrow.stakeOf(provider);
+        (,,, uint32 live) = escrow.stakeOf(provider);
         assertEq(live, 0, "epoch ended");
         assertEq(uint256(escrow.getJob(jobId).status), uint256(JobEscrow.Status.Expired), "expired");
 
@@ -736,7 +1314,7 @@ contract ExpireAndWithdrawTest is EscrowFixture {
         escrow.expire(jobId);
         // the provider may leave now
         vm.prank(provider);
-        escrow.requestUnbond();
+        escrow.requestUnbond(MIN_STAKE);
     }
 
     function test_expire_unknownJob() public {
@@ -769,7 +1347,7 @@ contract ExpireAndWithdrawTest is EscrowFixture {
         vm.startPrank(client);
         evil.approve(address(escrow), type(uint256).max);
         uint256 evilJob = escrow.createJob(
-            IERC20(address(evil)), 1e6, 1, 10, 5, bytes32(0), _verifiers(), 1, uint64(block.timestamp) + 10, 0
+            IERC20(address(evil)), 1e6, 1, 10, 5, bytes32(0), _verifiers(), 2, uint64(block.timestamp) + 10, 0
         );
         vm.stopPrank();
         vm.warp(block.timestamp + 10);

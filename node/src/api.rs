@@ -170,6 +170,7 @@ pub fn router(
         .route("/v1/blobs/{hash}/export", post(export_blob))
         .route("/v1/jobs", post(submit_job))
         .route("/v1/jobs/{id}", get(job_status))
+        .route("/v1/provider/refusals", get(bid_refusals))
         .route("/v1/shutdown", post(shutdown))
         .with_state(Api { handle, roles, dir })
         .layer(axum::middleware::from_fn_with_state(access, guard))
@@ -330,6 +331,17 @@ async fn job_status(State(a): State<Api>, Path(id): Path<String>) -> ApiResult {
         "last_reported_step": s.last_reported_step,
         "excluded": s.excluded.iter().map(ToString::to_string).collect::<Vec<_>>(),
     }))
+}
+
+/// Bids the provider refused to make, by the rule that refused them.
+async fn bid_refusals(State(a): State<Api>) -> ApiResult {
+    let Some(counts) = a.roles()?.bid_refusals().await.map_err(bad)? else {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            "this node does not run the provider role".to_string(),
+        ));
+    };
+    ok(json!({ "refused_bids": counts }))
 }
 
 async fn shutdown(State(Api { handle: h, .. }): State<Api>) -> ApiResult {

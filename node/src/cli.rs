@@ -151,6 +151,21 @@ pub struct NodeArgs {
     #[arg(long, env = "GPUCHAIN_PRICE_PER_STEP", value_name = "AMOUNT")]
     pub price_per_step: Option<String>,
 
+    /// Provider: tokens it accepts payment in (repeat the flag for several). Default: the
+    /// escrow's stake token.
+    #[arg(long = "accept-token", value_name = "ADDRESS")]
+    pub accept_tokens: Vec<String>,
+
+    /// Provider: the furthest a job's deadline may be from now for it to bid, in seconds:
+    /// how long one epoch can hold its stake. Default: 30 days.
+    #[arg(long, env = "GPUCHAIN_MAX_JOB_DURATION_SECS", value_name = "SECS")]
+    pub max_job_duration_secs: Option<u64>,
+
+    /// Provider: the longest grace after a job's deadline it accepts, in seconds.
+    /// Default: 1 day.
+    #[arg(long, env = "GPUCHAIN_MAX_GRACE_SECS", value_name = "SECS")]
+    pub max_grace_secs: Option<u64>,
+
     /// Client: declare a provider lost after this many milliseconds without a heartbeat (a
     /// closed connection is acted on sooner). Default: 750.
     #[arg(long, env = "GPUCHAIN_DETECTOR_TIMEOUT_MS", value_name = "MS")]
@@ -284,6 +299,33 @@ pub enum ProviderCommand {
     Register(RegisterArgs),
     /// This key's stake and withdrawable balance.
     Status(ProviderStatusArgs),
+    /// Leave the live epoch of a job: no slash, its unaccepted steps are not paid.
+    Resign(ResignArgs),
+    /// Start unbonding part of the stake no live epoch reserves.
+    Unbond(UnbondArgs),
+    /// Take back unbonded stake once the escrow's delay has passed.
+    WithdrawStake(WithdrawArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ResignArgs {
+    /// The job whose live epoch this key holds.
+    pub job_id: String,
+    #[command(flatten)]
+    pub key: KeyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct UnbondArgs {
+    /// Tokens to unbond (e.g. `50`); at most the stake no live epoch reserves.
+    #[arg(long, value_name = "AMOUNT")]
+    pub amount: String,
+    #[command(flatten)]
+    pub key: KeyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
 }
 
 #[derive(Debug, Args)]
@@ -305,6 +347,9 @@ pub struct ProviderStatusArgs {
     pub chain: ChainArgs,
     #[arg(long)]
     pub json: bool,
+    /// Optionally, the running provider node, for the bids it refused and why.
+    #[command(flatten)]
+    pub node: NodeRef,
 }
 
 #[derive(Debug, Args)]

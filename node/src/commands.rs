@@ -127,6 +127,10 @@ async fn submit(a: SubmitArgs) -> Result<()> {
         quorum: a.quorum,
         deadline: a.deadline,
         now: 0,
+        grace: a.grace,
+        // the node checks these against the chain's own figures
+        client: None,
+        limits: None,
         decimals: TOKEN_DECIMALS,
     })
     .map_err(|e| anyhow!("job not submitted: {e}"))?;
@@ -159,13 +163,13 @@ async fn submit(a: SubmitArgs) -> Result<()> {
     Ok(())
 }
 
+fn parse_job_id(s: &str) -> Result<U256> {
+    s.parse()
+        .map_err(|e| anyhow!("{s:?} is not a job id ({e}); give the number `job submit` printed"))
+}
+
 async fn status(a: StatusArgs) -> Result<()> {
-    let job_id: U256 = a.job_id.parse().map_err(|e| {
-        anyhow!(
-            "{:?} is not a job id ({e}); give the number `job submit` printed",
-            a.job_id
-        )
-    })?;
+    let job_id = parse_job_id(&a.job_id)?;
     let chain = connect(&a.chain, None).await?;
     let v = chain.job(job_id).await?;
     // The figures come from the escrow's events for this job, not from deposit − remaining
@@ -278,7 +282,7 @@ pub fn run_provider(cmd: ProviderCommand) -> Result<()> {
                     "{} staked {} (total {}) in tx {}",
                     chain.address(),
                     format_tokens(amount, TOKEN_DECIMALS),
-                    format_tokens(stake.amount, TOKEN_DECIMALS),
+                    format_tokens(stake.bonded, TOKEN_DECIMALS),
                     out.hash
                 );
                 Ok(())
@@ -288,18 +292,66 @@ pub fn run_provider(cmd: ProviderCommand) -> Result<()> {
                 let me = chain.address();
                 let stake = chain.stake_of(me).await?;
                 let w = chain.withdrawable(me, chain.token()).await?;
-                let out = json!({
+                let mut out = json!({
                     "address": me.to_string(),
-                    "stake": format_tokens(stake.amount, TOKEN_DECIMALS),
+                    "bonded": format_tokens(stake.bonded, TOKEN_DECIMALS),
                     "live_epochs": stake.live_epochs,
+                    "unbonding": format_tokens(stake.unbonding, TOKEN_DECIMALS),
                     "unbond_at": stake.unbond_at,
                     "withdrawable": format_tokens(w, TOKEN_DECIMALS),
                 });
+                if let Some(api) = a.node.client()? {
+                    let view = api
+                        .with_timeout(Duration::from_secs(5))
+                        .get::<Value>("/v1/provider/refusals")
+                        .await
+                        .unwrap_or_else(|e| json!({ "error": e.to_string() }));
+                    out["refused_bids"] = view["refused_bids"].clone();
+                }
                 if a.json {
                     println!("{out:#}");
                 } else {
                     print_fields(&out);
                 }
+                Ok(())
+            }
+            ProviderCommand::Resign(a) => {
+                let job_id = parse_job_id(&a.job_id)?;
+                let chain = connect(&a.chain, Some(signer(&a.key)?)).await?;
+                let out = chain
+                    .submit(&gpuchain_protocol::ChainTx::Resign { job_id })
+                    .await?;
+                println!(
+                    "{} resigned from job {job_id} in tx {}",
+                    chain.address(),
+                    out.hash
+                );
+                Ok(())
+            }
+            ProviderCommand::Unbond(a) => {
+                let amount = parse_amount(&a.amount, TOKEN_DECIMALS, "--amount")?;
+                let chain = connect(&a.chain, Some(signer(&a.key)?)).await?;
+                let out = chain.request_unbond(amount).await?;
+                let stake = chain.stake_of(chain.address()).await?;
+                println!(
+                    "{} unbonding {} (withdrawable from block time {}) in tx {}",
+                    chain.address(),
+                    format_tokens(stake.unbonding, TOKEN_DECIMALS),
+                    stake.unbond_at,
+                    out.hash
+                );
+                Ok(())
+            }
+            ProviderCommand::WithdrawStake(a) => {
+                let chain = connect(&a.chain, Some(signer(&a.key)?)).await?;
+                let before = chain.stake_of(chain.address()).await?;
+                let out = chain.withdraw_stake().await?;
+                println!(
+                    "{} withdrew {} of stake in tx {}",
+                    chain.address(),
+                    format_tokens(before.unbonding, TOKEN_DECIMALS),
+                    out.hash
+                );
                 Ok(())
             }
         }

@@ -42,6 +42,9 @@ struct FileConfig {
     rpc_url: Option<String>,
     token: Option<String>,
     price_per_step: Option<String>,
+    accept_tokens: Option<Vec<String>>,
+    max_job_duration_secs: Option<u64>,
+    max_grace_secs: Option<u64>,
     detector_timeout_ms: Option<u64>,
     fault: Option<Fault>,
 }
@@ -68,6 +71,10 @@ pub struct NodeConfig {
     pub rpc_url: Option<String>,
     pub token: Option<gpuchain_protocol::Address>,
     pub price_per_step: gpuchain_protocol::U256,
+    /// Tokens a provider accepts payment in; empty: the escrow's stake token.
+    pub accept_tokens: Vec<gpuchain_protocol::Address>,
+    pub max_job_duration_secs: u64,
+    pub max_grace_secs: u64,
     pub detector_timeout: Duration,
     pub fault: Option<Fault>,
 }
@@ -184,6 +191,22 @@ impl NodeConfig {
             Some(s) => parse_amount(&s, TOKEN_DECIMALS, "--price-per-step")?,
             None => gpuchain_protocol::U256::from(DEFAULT_PRICE_PER_STEP),
         };
+        let accept_tokens = pick_list(&args.accept_tokens, file.accept_tokens)
+            .iter()
+            .map(|s| {
+                s.parse().map_err(|e| {
+                    anyhow!("--accept-token {s:?} is not an Ethereum address ({e}); give 0x followed by 40 hex digits")
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let max_job_duration_secs = args
+            .max_job_duration_secs
+            .or(file.max_job_duration_secs)
+            .unwrap_or(gpuchain_protocol::provider::DEFAULT_MAX_DURATION_SECS);
+        let max_grace_secs = args
+            .max_grace_secs
+            .or(file.max_grace_secs)
+            .unwrap_or(gpuchain_protocol::provider::DEFAULT_MAX_GRACE_SECS);
         let detector_timeout = match args.detector_timeout_ms.or(file.detector_timeout_ms) {
             Some(ms) if ms < 50 => bail!("--detector-timeout-ms must be at least 50"),
             Some(ms) => Duration::from_millis(ms),
@@ -199,6 +222,9 @@ impl NodeConfig {
             rpc_url,
             token,
             price_per_step,
+            accept_tokens,
+            max_job_duration_secs,
+            max_grace_secs,
             detector_timeout,
             fault,
             roles,

@@ -84,6 +84,8 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                 },
                 "chain connected",
             );
+            let vetting = provider_vetting(&config, &chain, eth_key.address()).await?;
+            let stake_chain = chain.clone();
             let roles_config = RolesConfig {
                 roles: config.roles.clone(),
                 data_dir: dir.clone(),
@@ -92,6 +94,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                 heartbeat_period: config.heartbeat_period,
                 detector_timeout: config.detector_timeout,
                 price_per_step: config.price_per_step,
+                vetting,
                 fault: config.fault,
                 verifier_seed: rand::random(),
             };
@@ -118,6 +121,14 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                 roles.sender(),
                 shutdown_rx.clone(),
             ));
+            if config.roles.contains(&crate::cli::Role::Provider) {
+                tokio::spawn(crate::roles::chain::watch_stake(
+                    stake_chain,
+                    eth_key.address(),
+                    roles.sender(),
+                    shutdown_rx.clone(),
+                ));
+            }
             tokio::spawn(async move {
                 if let Err(e) = runtime.run().await {
                     crate::events::emit(
@@ -212,6 +223,36 @@ async fn connect_chain(
         ChainClient::connect_paying_in(rpc_url, config.escrow_domain.escrow, config.token, key)
             .await?,
     )
+}
+
+/// The provider's vetting rules: the configured limits, the tokens it takes (by default
+/// the escrow's stake token), and its bonded stake as the chain says now, which the machine
+/// then follows through its own assignments and slashes.
+async fn provider_vetting(
+    config: &NodeConfig,
+    chain: &ChainClient,
+    me: gpuchain_protocol::Address,
+) -> Result<gpuchain_protocol::provider::Vetting> {
+    use gpuchain_protocol::provider::{StakeBudget, Vetting};
+    if !config.roles.contains(&crate::cli::Role::Provider) {
+        return Ok(Vetting::default());
+    }
+    let tokens = if config.accept_tokens.is_empty() {
+        vec![chain.stake_token().await?]
+    } else {
+        config.accept_tokens.clone()
+    };
+    let stake = chain.stake_of(me).await?;
+    let min_stake = chain.min_stake().await?;
+    Ok(Vetting {
+        tokens,
+        max_duration_secs: config.max_job_duration_secs,
+        max_grace_secs: config.max_grace_secs,
+        stake: Some(StakeBudget {
+            bonded: stake.bonded,
+            min_stake,
+        }),
+    })
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -3,6 +3,7 @@
 
 use alloy_primitives::{Address, U256};
 
+use crate::eip712::JobTerms;
 use crate::signing::Sig65;
 use crate::types::{Epoch, Hash, JobId, Step};
 
@@ -19,6 +20,8 @@ pub enum EpochEndReason {
     Completed,
     /// The job expired.
     Expired,
+    /// The provider called `resign`: no slash, its unaccepted steps unpaid.
+    Resigned,
     Other(u8),
 }
 
@@ -30,6 +33,7 @@ impl EpochEndReason {
             2 => EpochEndReason::Rejected,
             3 => EpochEndReason::Completed,
             4 => EpochEndReason::Expired,
+            5 => EpochEndReason::Resigned,
             c => EpochEndReason::Other(c),
         }
     }
@@ -89,6 +93,12 @@ pub enum ChainEvent {
         job_id: JobId,
         refund: U256,
     },
+    /// `settle` credited a completed job's unspent budget to its client.
+    JobSettled {
+        job_id: JobId,
+        client: Address,
+        refund: U256,
+    },
 }
 
 impl ChainEvent {
@@ -100,8 +110,46 @@ impl ChainEvent {
             | ChainEvent::CheckpointAccepted { job_id, .. }
             | ChainEvent::CheckpointRejected { job_id, .. }
             | ChainEvent::JobCompleted { job_id, .. }
-            | ChainEvent::JobExpired { job_id, .. } => *job_id,
+            | ChainEvent::JobExpired { job_id, .. }
+            | ChainEvent::JobSettled { job_id, .. } => *job_id,
         }
+    }
+
+    /// A `JobCreated`'s terms hash (what bids are signed over); `None` for other events.
+    pub fn terms_hash(&self) -> Option<Hash> {
+        let ChainEvent::JobCreated {
+            client,
+            token,
+            budget,
+            max_price_per_step,
+            total_steps,
+            checkpoint_interval,
+            spec_hash,
+            verifiers,
+            quorum,
+            deadline,
+            grace,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        Some(
+            JobTerms {
+                client: *client,
+                token: *token,
+                budget: *budget,
+                max_price_per_step: *max_price_per_step,
+                total_steps: *total_steps,
+                checkpoint_interval: *checkpoint_interval,
+                spec_hash: *spec_hash,
+                verifiers,
+                quorum: *quorum,
+                deadline: *deadline,
+                grace: *grace,
+            }
+            .hash(),
+        )
     }
 }
 
@@ -145,6 +193,14 @@ pub enum ChainTx {
         sigs: Vec<Sig65>,
     },
     Expire {
+        job_id: JobId,
+    },
+    /// The provider leaves its live epoch (no slash; its unaccepted steps are unpaid).
+    Resign {
+        job_id: JobId,
+    },
+    /// Credits a completed job's unspent budget to its client (anyone may call it).
+    Settle {
         job_id: JobId,
     },
     Withdraw {

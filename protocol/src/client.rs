@@ -120,6 +120,10 @@ struct Tally {
 #[derive(Clone, Debug)]
 struct ClientJob {
     spec_hash: Hash,
+    /// What bids must be signed over (`JobEscrow.termsOf`).
+    terms: Hash,
+    /// Completed with budget left that no `settle` has credited yet.
+    unsettled: bool,
     spec: Option<JobSpec>,
     total_steps: Step,
     interval: Step,
@@ -226,7 +230,12 @@ impl Client {
                 continue;
             };
             match job.phase {
-                Phase::Finished => continue,
+                Phase::Finished => {
+                    if job.unsettled {
+                        c.submit(ChainTx::Settle { job_id }, PendingTx::Other);
+                    }
+                    continue;
+                }
                 Phase::Running => {
                     job.detector = Some(FailureDetector::new(c.config.detector, now));
                 }
@@ -459,6 +468,7 @@ impl Client {
     fn on_chain(&mut self, now: Time, block_time: u64, event: ChainEvent) {
         self.block_time = self.block_time.max(block_time);
         let job_id = event.job_id();
+        let terms = event.terms_hash();
         if let ChainEvent::JobCreated {
             client,
             max_price_per_step,
@@ -478,6 +488,8 @@ impl Client {
                 job_id,
                 ClientJob {
                     spec_hash,
+                    terms: terms.unwrap_or_default(),
+                    unsettled: false,
                     spec: self.specs.get(&spec_hash).cloned(),
                     total_steps,
                     interval: checkpoint_interval,
@@ -557,9 +569,9 @@ impl Client {
                         }
                         self.epoch_over(now, job_id)
                     }
-                    EpochEndReason::Released | EpochEndReason::Other(_) => {
-                        self.epoch_over(now, job_id)
-                    }
+                    EpochEndReason::Released
+                    | EpochEndReason::Resigned
+                    | EpochEndReason::Other(_) => self.epoch_over(now, job_id),
                 }
             }
             ChainEvent::CheckpointAccepted {
@@ -598,7 +610,12 @@ impl Client {
                     self.epoch_over(now, job_id);
                 }
             }
+            ChainEvent::JobSettled { .. } => job.unsettled = false,
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
+                // What a completed job did not spend waits for a `settle`: ours to send.
+                let settle =
+                    matches!(event, ChainEvent::JobCompleted { refund, .. } if !refund.is_zero());
+                job.unsettled = settle;
                 job.phase = Phase::Finished;
                 job.detector = None;
                 self.live.remove(&job_id);
@@ -610,6 +627,9 @@ impl Client {
                     topic: heartbeat_topic(job_id),
                 });
                 self.emit(Output::Notice(Notice::JobFinished { job_id }));
+                if settle {
+                    self.submit(ChainTx::Settle { job_id }, PendingTx::Other);
+                }
             }
         }
     }
@@ -683,6 +703,9 @@ impl Client {
         }
         if bid.epoch > job.epoch.saturating_add(MAX_BID_EPOCH_LEAD) {
             return Verdict::Ignore(IgnoreReason::FutureEpoch);
+        }
+        if bid.terms != job.terms {
+            return Verdict::Reject(RejectReason::TermsMismatch);
         }
         if bid.price_per_step > job.max_price {
             return Verdict::Reject(RejectReason::PriceAboveMax);
@@ -881,7 +904,8 @@ impl StateMachine for Client {
             | Input::CheckpointReady { .. }
             | Input::TrainingFailed { .. }
             | Input::QualityResult { .. }
-            | Input::SpotCheckResult { .. } => {}
+            | Input::SpotCheckResult { .. }
+            | Input::StakeChanged { .. } => {}
             Input::BlobFetched { hash, ok } => self.on_copy_fetched(now, hash, ok),
         }
     }

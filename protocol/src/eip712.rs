@@ -12,7 +12,7 @@ pub const DOMAIN_VERSION: &str = "1";
 
 mod typed {
     alloy_sol_types::sol! {
-        struct Bid { uint256 jobId; uint64 epoch; address provider; uint256 pricePerStep; uint64 expiry; }
+        struct Bid { uint256 jobId; bytes32 terms; uint64 epoch; address provider; uint256 pricePerStep; uint64 expiry; }
         struct Vote { uint256 jobId; uint64 epoch; uint64 step; bytes32 checkpointHash; bool accept; }
     }
 }
@@ -62,10 +62,60 @@ fn signing_hash(domain: &EscrowDomain, struct_hash: B256) -> B256 {
     alloy_primitives::keccak256(pre)
 }
 
+/// A job's contents as `createJob` fixed them: what a bid is signed over, so a bid for one
+/// job cannot assign its provider to another job that happens to get the same id (a reorg,
+/// or a second escrow at the same address on another fork).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobTerms<'a> {
+    pub client: Address,
+    pub token: Address,
+    pub budget: U256,
+    pub max_price_per_step: U256,
+    pub total_steps: Step,
+    pub checkpoint_interval: Step,
+    pub spec_hash: Hash,
+    pub verifiers: &'a [Address],
+    pub quorum: u8,
+    pub deadline: u64,
+    pub grace: u64,
+}
+
+impl JobTerms<'_> {
+    /// `keccak256(abi.encode(client, token, budget, maxPricePerStep, totalSteps,
+    /// checkpointInterval, specHash, keccak256(abi.encodePacked(verifiers)), quorum, deadline,
+    /// grace))`, as `JobEscrow.termsOf` stores it.
+    pub fn hash(&self) -> Hash {
+        // Every field is a static type, so abi.encode is one 32-byte word each, and
+        // encodePacked pads each element of an address array to a full word too.
+        fn word(v: U256) -> [u8; 32] {
+            v.to_be_bytes()
+        }
+        let address = |a: Address| word(U256::from_be_slice(a.as_slice()));
+        let packed: Vec<u8> = self.verifiers.iter().flat_map(|v| address(*v)).collect();
+        let verifiers_hash = alloy_primitives::keccak256(&packed);
+        let words = [
+            address(self.client),
+            address(self.token),
+            word(self.budget),
+            word(self.max_price_per_step),
+            word(U256::from(self.total_steps)),
+            word(U256::from(self.checkpoint_interval)),
+            self.spec_hash.0,
+            verifiers_hash.0,
+            word(U256::from(self.quorum)),
+            word(U256::from(self.deadline)),
+            word(U256::from(self.grace)),
+        ];
+        alloy_primitives::keccak256(words.concat())
+    }
+}
+
 /// The signed fields of a bid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BidFields {
     pub job_id: JobId,
+    /// [`JobTerms::hash`] of the job bid on.
+    pub terms: Hash,
     pub epoch: Epoch,
     pub provider: Address,
     pub price_per_step: U256,
@@ -86,6 +136,7 @@ impl BidFields {
     fn typed(&self) -> typed::Bid {
         typed::Bid {
             jobId: self.job_id,
+            terms: self.terms,
             epoch: self.epoch,
             provider: self.provider,
             pricePerStep: self.price_per_step,
@@ -145,7 +196,7 @@ mod tests {
     fn type_strings_match_interfaces_doc() {
         assert_eq!(
             typed::Bid::eip712_encode_type(),
-            "Bid(uint256 jobId,uint64 epoch,address provider,uint256 pricePerStep,uint64 expiry)"
+            "Bid(uint256 jobId,bytes32 terms,uint64 epoch,address provider,uint256 pricePerStep,uint64 expiry)"
         );
         assert_eq!(
             typed::Vote::eip712_encode_type(),
@@ -170,5 +221,63 @@ mod tests {
         assert_ne!(VoteFields { accept: false, ..v }.digest(&d), base);
         assert_ne!(VoteFields { epoch: 2, ..v }.digest(&d), base);
         assert_ne!(v.digest(&EscrowDomain { chain_id: 2, ..d }), base);
+    }
+
+    #[test]
+    fn terms_bind_every_field_and_the_verifier_order() {
+        let (a, b) = (Address::repeat_byte(0xa), Address::repeat_byte(0xb));
+        let verifiers = [a, b];
+        let t = JobTerms {
+            client: Address::repeat_byte(1),
+            token: Address::repeat_byte(2),
+            budget: U256::from(4_000),
+            max_price_per_step: U256::from(10),
+            total_steps: 400,
+            checkpoint_interval: 50,
+            spec_hash: Hash::repeat_byte(3),
+            verifiers: &verifiers,
+            quorum: 2,
+            deadline: 1_000,
+            grace: 60,
+        };
+        let base = t.hash();
+        let swapped = [b, a];
+        assert_ne!(
+            JobTerms {
+                verifiers: &swapped,
+                ..t
+            }
+            .hash(),
+            base
+        );
+        assert_ne!(JobTerms { grace: 61, ..t }.hash(), base);
+        assert_ne!(
+            JobTerms {
+                spec_hash: Hash::repeat_byte(4),
+                ..t
+            }
+            .hash(),
+            base
+        );
+        let bid = BidFields {
+            job_id: U256::from(7),
+            terms: base,
+            epoch: 1,
+            provider: a,
+            price_per_step: U256::from(5),
+            expiry: 9,
+        };
+        let d = EscrowDomain {
+            chain_id: 1,
+            escrow: Address::repeat_byte(1),
+        };
+        assert_ne!(
+            BidFields {
+                terms: JobTerms { quorum: 1, ..t }.hash(),
+                ..bid
+            }
+            .digest(&d),
+            bid.digest(&d)
+        );
     }
 }

@@ -66,6 +66,12 @@ impl Status {
     pub fn is_live(self) -> bool {
         matches!(self, Status::Open | Status::Assigned)
     }
+
+    /// The job's `remaining` is still the escrow's to pay out: live, or completed and not yet
+    /// settled (a settled job's `remaining` is zero).
+    pub fn holds_budget(self) -> bool {
+        matches!(self, Status::Open | Status::Assigned | Status::Completed)
+    }
 }
 
 /// Why a call reverts: the contract's custom errors by name and arguments, the test token's
@@ -87,6 +93,12 @@ pub enum EscrowError {
     InvalidQuorum,
     #[error("DeadlinePassed")]
     DeadlinePassed,
+    #[error("DeadlineTooFar({deadline}, {latest})")]
+    DeadlineTooFar { deadline: u64, latest: U256 },
+    #[error("GraceTooLong({grace}, {max_grace})")]
+    GraceTooLong { grace: u64, max_grace: u64 },
+    #[error("ClientIsVerifier")]
+    ClientIsVerifier,
     #[error("BudgetTooSmall({budget}, {needed})")]
     BudgetTooSmall { budget: U256, needed: U256 },
     #[error("DepositMismatch({received}, {expected})")]
@@ -95,6 +107,8 @@ pub enum EscrowError {
     UnknownJob(JobId),
     #[error("NotClient")]
     NotClient,
+    #[error("NotProvider")]
+    NotProvider,
     #[error("WrongStatus({0:?})")]
     WrongStatus(Status),
     #[error("WrongEpoch({given}, {current})")]
@@ -103,8 +117,10 @@ pub enum EscrowError {
     BidExpired { expiry: u64 },
     #[error("PriceTooHigh({price}, {max_price})")]
     PriceTooHigh { price: U256, max_price: U256 },
-    #[error("InsufficientStake({stake}, {needed})")]
-    InsufficientStake { stake: U256, needed: U256 },
+    #[error("ProviderIsVerifier({0})")]
+    ProviderIsVerifier(Address),
+    #[error("InsufficientStake({bonded}, {needed})")]
+    InsufficientStake { bonded: U256, needed: U256 },
     #[error("BadSignature({index})")]
     BadSignature { index: U256 },
     #[error("WrongSigner({recovered}, {expected})")]
@@ -128,12 +144,12 @@ pub enum EscrowError {
     TooLate,
     #[error("TooEarly({allowed_at})")]
     TooEarly { allowed_at: U256 },
-    #[error("UnbondPending")]
-    UnbondPending,
+    #[error("StakeLocked({free}, {requested})")]
+    StakeLocked { free: U256, requested: U256 },
     #[error("NotUnbonding")]
     NotUnbonding,
-    #[error("LiveEpochs({0})")]
-    LiveEpochs(u32),
+    #[error("NothingToSettle")]
+    NothingToSettle,
     #[error("NothingToWithdraw")]
     NothingToWithdraw,
     /// Solidity's checked arithmetic failed (`Panic(uint256)`, 0x11 for overflow).
@@ -167,14 +183,19 @@ impl EscrowError {
             EscrowError::InvalidVerifiers => "InvalidVerifiers",
             EscrowError::InvalidQuorum => "InvalidQuorum",
             EscrowError::DeadlinePassed => "DeadlinePassed",
+            EscrowError::DeadlineTooFar { .. } => "DeadlineTooFar",
+            EscrowError::GraceTooLong { .. } => "GraceTooLong",
+            EscrowError::ClientIsVerifier => "ClientIsVerifier",
             EscrowError::BudgetTooSmall { .. } => "BudgetTooSmall",
             EscrowError::DepositMismatch { .. } => "DepositMismatch",
             EscrowError::UnknownJob(_) => "UnknownJob",
             EscrowError::NotClient => "NotClient",
+            EscrowError::NotProvider => "NotProvider",
             EscrowError::WrongStatus(_) => "WrongStatus",
             EscrowError::WrongEpoch { .. } => "WrongEpoch",
             EscrowError::BidExpired { .. } => "BidExpired",
             EscrowError::PriceTooHigh { .. } => "PriceTooHigh",
+            EscrowError::ProviderIsVerifier(_) => "ProviderIsVerifier",
             EscrowError::InsufficientStake { .. } => "InsufficientStake",
             EscrowError::BadSignature { .. } => "BadSignature",
             EscrowError::WrongSigner { .. } => "WrongSigner",
@@ -186,9 +207,9 @@ impl EscrowError {
             EscrowError::StepOffInterval(_) => "StepOffInterval",
             EscrowError::TooLate => "TooLate",
             EscrowError::TooEarly { .. } => "TooEarly",
-            EscrowError::UnbondPending => "UnbondPending",
+            EscrowError::StakeLocked { .. } => "StakeLocked",
             EscrowError::NotUnbonding => "NotUnbonding",
-            EscrowError::LiveEpochs(_) => "LiveEpochs",
+            EscrowError::NothingToSettle => "NothingToSettle",
             EscrowError::NothingToWithdraw => "NothingToWithdraw",
             EscrowError::Panic(_) => "Panic",
             EscrowError::Erc20InsufficientBalance { .. } => "ERC20InsufficientBalance",
@@ -204,7 +225,7 @@ impl EscrowError {
 pub enum Call {
     Tx(ChainTx),
     Register { amount: U256 },
-    RequestUnbond,
+    RequestUnbond { amount: U256 },
     WithdrawStake,
 }
 
@@ -225,10 +246,12 @@ impl Call {
                 ChainTx::AcceptCheckpoint { .. } => "acceptCheckpoint",
                 ChainTx::RejectCheckpoint { .. } => "rejectCheckpoint",
                 ChainTx::Expire { .. } => "expire",
+                ChainTx::Resign { .. } => "resign",
+                ChainTx::Settle { .. } => "settle",
                 ChainTx::Withdraw { .. } => "withdraw",
             },
             Call::Register { .. } => "register",
-            Call::RequestUnbond => "requestUnbond",
+            Call::RequestUnbond { .. } => "requestUnbond",
             Call::WithdrawStake => "withdrawStake",
         }
     }
@@ -253,11 +276,11 @@ pub enum Event {
         provider: Address,
         amount: U256,
     },
+    /// `amount` of `provider`'s stake was burned: it stays in the escrow, owed to nobody.
     Slashed {
         provider: Address,
         job_id: JobId,
         amount: U256,
-        beneficiary: Address,
     },
     Withdrawn {
         account: Address,
@@ -297,16 +320,34 @@ pub struct Job {
     pub last_checkpoint_hash: Hash,
     pub spec_hash: Hash,
     pub verifiers: Vec<Address>,
+    /// [`crate::eip712::JobTerms::hash`] of the job as created: what bids are signed over.
+    pub terms: Hash,
 }
 
 /// A provider's stake, as `stakeOf` returns it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stake {
-    pub amount: U256,
-    /// 0 while bonded; when the stake can be withdrawn once unbonding.
+    /// Backs live epochs (`min_stake` each) and can be slashed; the rest is free to unbond.
+    pub bonded: U256,
+    /// Requested out, no longer slashable, paid by `withdrawStake` from `unbond_at` on.
+    pub unbonding: U256,
+    /// When `unbonding` can be withdrawn (0 when nothing is unbonding).
     pub unbond_at: u64,
     /// Epochs this provider holds, across jobs.
     pub live_epochs: u32,
+}
+
+impl Stake {
+    /// What live epochs reserve: `min_stake` each.
+    pub fn reserved(&self, min_stake: U256) -> U256 {
+        min_stake * U256::from(self.live_epochs)
+    }
+
+    /// Bonded stake no live epoch reserves: what `requestUnbond` may take, and what backs
+    /// one more epoch once it reaches `min_stake`.
+    pub fn free(&self, min_stake: U256) -> U256 {
+        self.bonded.saturating_sub(self.reserved(min_stake))
+    }
 }
 
 /// Deliberate deviations from the contract, so the simulator's tests can show each of its
@@ -315,7 +356,7 @@ pub struct Stake {
 pub struct Bugs {
     /// Decisions skip the epoch check (fenced epochs get paid).
     pub skip_epoch_check: bool,
-    /// Completion credits the client's refund twice.
+    /// Settling credits the client's refund twice.
     pub refund_twice: bool,
     /// `expire` always reverts as too early: jobs can never be exited.
     pub never_expire: bool,
@@ -396,6 +437,15 @@ impl Token {
     }
 }
 
+/// The constructor's numbers after the stake token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    pub min_stake: U256,
+    pub unbond_delay: u64,
+    pub max_duration: u64,
+    pub max_grace: u64,
+}
+
 /// The escrow contract at one address, and the ERC-20 tokens it deals in.
 #[derive(Clone, Debug)]
 pub struct Escrow {
@@ -407,31 +457,43 @@ pub struct Escrow {
     pub stake_token: Address,
     pub min_stake: U256,
     pub unbond_delay: u64,
+    /// The latest deadline `createJob` accepts is its block time plus this.
+    pub max_duration: u64,
+    /// The longest grace `createJob` accepts.
+    pub max_grace: u64,
     pub bugs: Bugs,
+    /// Slashed stake: held by the escrow, owed to nobody.
+    burned: U256,
     tokens: BTreeMap<Address, Token>,
     jobs: Vec<Job>,
     stakes: BTreeMap<Address, Stake>,
     withdrawable: BTreeMap<(Address, Address), U256>,
-    /// What the escrow owes per token (budgets left, credits, stakes), kept by each call: a
-    /// running total to compare with its balance cheaply; [`Escrow::owed_recomputed`] is the
-    /// slow, independent one.
+    /// What the escrow accounts for per token (budgets left, credits, stakes and burned
+    /// stake), kept by each call: a running total to compare with its balance cheaply;
+    /// [`Escrow::owed_recomputed`] is the slow, independent one.
     owed: BTreeMap<Address, U256>,
 }
 
 impl Escrow {
     /// A freshly deployed escrow. The stake token exists (with no balances); like the
-    /// contract's constructor, a zero token or a zero minimum stake is refused.
+    /// contract's constructor, a zero token, a zero minimum stake or a zero maximum duration
+    /// is refused.
     pub fn new(
         domain: EscrowDomain,
         scheme: Scheme,
         stake_token: Address,
-        min_stake: U256,
-        unbond_delay: u64,
+        params: Params,
     ) -> Result<Escrow, EscrowError> {
+        let Params {
+            min_stake,
+            unbond_delay,
+            max_duration,
+            max_grace,
+        } = params;
         if stake_token == Address::ZERO {
             return Err(EscrowError::ZeroAddress);
         }
-        if min_stake.is_zero() {
+        if min_stake.is_zero() || max_duration == 0 {
             return Err(EscrowError::ZeroAmount);
         }
         let mut tokens = BTreeMap::new();
@@ -442,7 +504,10 @@ impl Escrow {
             stake_token,
             min_stake,
             unbond_delay,
+            max_duration,
+            max_grace,
             bugs: Bugs::default(),
+            burned: U256::ZERO,
             tokens,
             jobs: Vec::new(),
             stakes: BTreeMap::new(),
@@ -506,6 +571,16 @@ impl Escrow {
         &self.jobs
     }
 
+    /// Slashed stake so far (`burned`).
+    pub fn burned(&self) -> U256 {
+        self.burned
+    }
+
+    /// `termsOf`.
+    pub fn terms_of(&self, id: JobId) -> Option<Hash> {
+        self.job(id).map(|j| j.terms)
+    }
+
     pub fn stake_of(&self, provider: Address) -> Stake {
         self.stakes.get(&provider).copied().unwrap_or_default()
     }
@@ -556,13 +631,14 @@ impl Escrow {
         self.owed.get(&token).copied().unwrap_or_default()
     }
 
-    /// What the escrow owes in `token`, recomputed from scratch: live budgets, credits and
-    /// (in the stake token) stakes. Equals its balance when the books conserve funds.
+    /// What the escrow accounts for in `token`, recomputed from scratch: budgets not yet
+    /// paid out, credits and (in the stake token) stakes bonded, unbonding and burned. Equals
+    /// its balance when the books conserve funds.
     pub fn owed_recomputed(&self, token: Address) -> U256 {
         let budgets = self
             .jobs
             .iter()
-            .filter(|j| j.token == token && j.status.is_live())
+            .filter(|j| j.token == token && j.status.holds_budget())
             .fold(U256::ZERO, |a, j| a + j.remaining);
         let credits = self
             .withdrawable
@@ -570,7 +646,9 @@ impl Escrow {
             .filter(|((_, t), _)| *t == token)
             .fold(U256::ZERO, |a, (_, v)| a + v);
         let stakes = if token == self.stake_token {
-            self.stakes.values().fold(U256::ZERO, |a, s| a + s.amount)
+            self.stakes
+                .values()
+                .fold(self.burned, |a, s| a + s.bonded + s.unbonding)
         } else {
             U256::ZERO
         };
@@ -591,7 +669,9 @@ impl Escrow {
         match call {
             Call::Tx(tx) => self.apply_tx(tx, sender, block_time, &mut ev)?,
             Call::Register { amount } => self.register(sender, *amount, &mut ev)?,
-            Call::RequestUnbond => self.request_unbond(sender, block_time, &mut ev)?,
+            Call::RequestUnbond { amount } => {
+                self.request_unbond(sender, *amount, block_time, &mut ev)?
+            }
             Call::WithdrawStake => self.withdraw_stake(sender, block_time, &mut ev)?,
         }
         Ok(ev)
@@ -701,6 +781,43 @@ impl Escrow {
                 }));
                 Ok(())
             }
+            ChainTx::Resign { job_id } => {
+                let i = self.existing(*job_id)?;
+                let job = &self.jobs[i];
+                if job.status != Status::Assigned {
+                    return Err(EscrowError::WrongStatus(job.status));
+                }
+                if sender != job.provider {
+                    return Err(EscrowError::NotProvider);
+                }
+                self.end_epoch(i, EpochEndReason::Resigned, ev);
+                self.jobs[i].status = Status::Open;
+                Ok(())
+            }
+            ChainTx::Settle { job_id } => {
+                let i = self.existing(*job_id)?;
+                let job = &mut self.jobs[i];
+                if job.status != Status::Completed {
+                    return Err(EscrowError::WrongStatus(job.status));
+                }
+                if job.remaining.is_zero() {
+                    return Err(EscrowError::NothingToSettle);
+                }
+                let refund = std::mem::take(&mut job.remaining);
+                let (client, token) = (job.client, job.token);
+                let credited = if self.bugs.refund_twice {
+                    refund * U256::from(2)
+                } else {
+                    refund
+                };
+                self.credit(client, token, credited);
+                ev.push(Event::Job(ChainEvent::JobSettled {
+                    job_id: *job_id,
+                    client,
+                    refund,
+                }));
+                Ok(())
+            }
             ChainTx::Withdraw { token } => {
                 let amount = self.withdrawable(sender, *token);
                 if amount.is_zero() {
@@ -744,14 +861,29 @@ impl Escrow {
         {
             return Err(EscrowError::InvalidSteps);
         }
-        if j.verifiers.is_empty() || j.verifiers.len() > MAX_VERIFIERS {
+        let n = j.verifiers.len();
+        if !(2..=MAX_VERIFIERS).contains(&n) {
             return Err(EscrowError::InvalidVerifiers);
         }
-        if j.quorum == 0 || usize::from(j.quorum) > j.verifiers.len() {
+        // A strict majority: two disjoint quorums cannot both exist.
+        if usize::from(j.quorum) * 2 <= n || usize::from(j.quorum) > n {
             return Err(EscrowError::InvalidQuorum);
         }
         if j.deadline <= now {
             return Err(EscrowError::DeadlinePassed);
+        }
+        let latest = U256::from(now) + U256::from(self.max_duration);
+        if U256::from(j.deadline) > latest {
+            return Err(EscrowError::DeadlineTooFar {
+                deadline: j.deadline,
+                latest,
+            });
+        }
+        if j.grace > self.max_grace {
+            return Err(EscrowError::GraceTooLong {
+                grace: j.grace,
+                max_grace: self.max_grace,
+            });
         }
         // uint128 × uint64 cannot overflow uint256, as the contract notes.
         let needed = j.max_price_per_step * U256::from(j.total_steps);
@@ -765,6 +897,9 @@ impl Escrow {
             if *v == Address::ZERO || j.verifiers[..i].contains(v) {
                 return Err(EscrowError::InvalidVerifiers);
             }
+            if *v == sender {
+                return Err(EscrowError::ClientIsVerifier);
+            }
         }
         // `_pullExact`: the token's `balanceOf` and `transferFrom`, reverting the whole call.
         let escrow = self.address();
@@ -776,6 +911,22 @@ impl Escrow {
         t.move_checked(Some(escrow), sender, escrow, j.budget);
         self.owe(j.token, |o| o + j.budget);
         let job_id = U256::from(self.jobs.len() as u64 + 1);
+        let created = ChainEvent::JobCreated {
+            job_id,
+            client: sender,
+            token: j.token,
+            budget: j.budget,
+            max_price_per_step: j.max_price_per_step,
+            total_steps: j.total_steps,
+            checkpoint_interval: j.checkpoint_interval,
+            spec_hash: j.spec_hash,
+            verifiers: j.verifiers.to_vec(),
+            quorum: j.quorum,
+            deadline: j.deadline,
+            grace: j.grace,
+        };
+        // What `termsOf` stores: the hash of the creation's own arguments.
+        let terms = created.terms_hash().unwrap_or_default();
         self.jobs.push(Job {
             client: sender,
             epoch: 0,
@@ -795,21 +946,9 @@ impl Escrow {
             last_checkpoint_hash: j.spec_hash,
             spec_hash: j.spec_hash,
             verifiers: j.verifiers.to_vec(),
+            terms,
         });
-        ev.push(Event::Job(ChainEvent::JobCreated {
-            job_id,
-            client: sender,
-            token: j.token,
-            budget: j.budget,
-            max_price_per_step: j.max_price_per_step,
-            total_steps: j.total_steps,
-            checkpoint_interval: j.checkpoint_interval,
-            spec_hash: j.spec_hash,
-            verifiers: j.verifiers.to_vec(),
-            quorum: j.quorum,
-            deadline: j.deadline,
-            grace: j.grace,
-        }));
+        ev.push(Event::Job(created));
         Ok(())
     }
 
@@ -849,19 +988,26 @@ impl Escrow {
         if price_per_step.is_zero() {
             return Err(EscrowError::ZeroAmount);
         }
-        let st = self.stake_of(provider);
-        if st.unbond_at != 0 {
-            return Err(EscrowError::UnbondPending);
-        }
-        if st.amount < self.min_stake {
-            return Err(EscrowError::InsufficientStake {
-                stake: st.amount,
-                needed: self.min_stake,
-            });
+        if job.verifiers.contains(&provider) {
+            return Err(EscrowError::ProviderIsVerifier(provider));
         }
         let new_epoch = job.epoch + 1;
+        let terms = job.terms;
+        // The contract ends the live epoch before the stake check, so a provider re-assigned
+        // to its own job needs no second reservation (a later revert undoes the end).
+        let st = self.stake_of(provider);
+        let releases = u64::from(status == Status::Assigned && job.provider == provider);
+        let live_after_end = u64::from(st.live_epochs) - releases;
+        let needed = self.min_stake * U256::from(live_after_end + 1);
+        if st.bonded < needed {
+            return Err(EscrowError::InsufficientStake {
+                bonded: st.bonded,
+                needed,
+            });
+        }
         let fields = BidFields {
             job_id,
+            terms,
             epoch: new_epoch,
             provider,
             price_per_step,
@@ -912,7 +1058,7 @@ impl Escrow {
         let last = self.check_decision(i, job_id, now, epoch, step, checkpoint_hash, true, sigs)?;
         let free_money = self.bugs.free_money;
         let job = &mut self.jobs[i];
-        let (provider, token, client) = (job.provider, job.token, job.client);
+        let (provider, token) = (job.provider, job.token);
         // price ≤ maxPrice and budget ≥ maxPrice × totalSteps: `remaining` always covers it.
         let amount = U256::from(step - last) * job.price_per_step;
         let remaining = if free_money {
@@ -923,11 +1069,11 @@ impl Escrow {
         job.last_accepted_step = step;
         job.last_checkpoint_hash = checkpoint_hash;
         let completes = step == job.total_steps;
+        // What is left stays in `remaining` until `settle` credits it to the client: the
+        // final accept does not touch the client's balance slot, which keeps it under 100k gas.
+        job.remaining = remaining;
         if completes {
-            job.remaining = U256::ZERO;
             job.status = Status::Completed;
-        } else {
-            job.remaining = remaining;
         }
         self.credit(provider, token, amount);
         if free_money {
@@ -944,12 +1090,6 @@ impl Escrow {
         if completes {
             let st = self.stakes.entry(provider).or_default();
             st.live_epochs = st.live_epochs.saturating_sub(1);
-            let credited = if self.bugs.refund_twice {
-                remaining * U256::from(2)
-            } else {
-                remaining
-            };
-            self.credit(client, token, credited);
             ev.push(Event::Job(ChainEvent::EpochEnded {
                 job_id,
                 epoch,
@@ -976,12 +1116,14 @@ impl Escrow {
     ) -> Result<(), EscrowError> {
         let i = self.existing(job_id)?;
         self.check_decision(i, job_id, now, epoch, step, checkpoint_hash, false, sigs)?;
-        let (provider, client) = (self.jobs[i].provider, self.jobs[i].client);
+        let provider = self.jobs[i].provider;
         let st = self.stakes.entry(provider).or_default();
-        let slashed = st.amount.min(self.min_stake);
-        st.amount -= slashed;
-        let stake_token = self.stake_token;
-        self.credit(client, stake_token, slashed);
+        // Every live epoch reserves `min_stake`, so this is `min_stake` unless the books broke.
+        let slashed = st.bonded.min(self.min_stake);
+        st.bonded -= slashed;
+        // Burned, not paid to anyone: whoever could cause a reject (the client, its
+        // verifiers) must not profit from one.
+        self.burned += slashed;
         ev.push(Event::Job(ChainEvent::CheckpointRejected {
             job_id,
             epoch,
@@ -994,7 +1136,6 @@ impl Escrow {
             provider,
             job_id,
             amount: slashed,
-            beneficiary: client,
         });
         self.end_epoch(i, EpochEndReason::Rejected, ev);
         self.jobs[i].status = Status::Open;
@@ -1011,12 +1152,9 @@ impl Escrow {
             return Err(EscrowError::ZeroAmount);
         }
         let st = self.stake_of(sender);
-        if st.unbond_at != 0 {
-            return Err(EscrowError::UnbondPending);
-        }
-        // `st.amount + amount` is a checked uint256 addition before the uint128 bound.
+        // `bonded + amount` is a checked uint256 addition before the uint128 bound.
         let total = st
-            .amount
+            .bonded
             .checked_add(amount)
             .ok_or(EscrowError::Panic(0x11))?;
         if total > U256::from(u128::MAX) {
@@ -1031,7 +1169,7 @@ impl Escrow {
         self.stakes.insert(
             sender,
             Stake {
-                amount: total,
+                bonded: total,
                 ..st
             },
         );
@@ -1046,18 +1184,20 @@ impl Escrow {
     fn request_unbond(
         &mut self,
         sender: Address,
+        amount: U256,
         now: u64,
         ev: &mut Vec<Event>,
     ) -> Result<(), EscrowError> {
-        let st = self.stake_of(sender);
-        if st.amount.is_zero() {
+        if amount.is_zero() {
             return Err(EscrowError::ZeroAmount);
         }
-        if st.unbond_at != 0 {
-            return Err(EscrowError::UnbondPending);
-        }
-        if st.live_epochs != 0 {
-            return Err(EscrowError::LiveEpochs(st.live_epochs));
+        let st = self.stake_of(sender);
+        let free = st.free(self.min_stake);
+        if amount > free {
+            return Err(EscrowError::StakeLocked {
+                free,
+                requested: amount,
+            });
         }
         let available_at = now
             .checked_add(self.unbond_delay)
@@ -1065,13 +1205,15 @@ impl Escrow {
         self.stakes.insert(
             sender,
             Stake {
+                bonded: st.bonded - amount,
+                unbonding: st.unbonding + amount,
                 unbond_at: available_at,
                 ..st
             },
         );
         ev.push(Event::UnbondRequested {
             provider: sender,
-            amount: st.amount,
+            amount,
             available_at,
         });
         Ok(())
@@ -1084,7 +1226,7 @@ impl Escrow {
         ev: &mut Vec<Event>,
     ) -> Result<(), EscrowError> {
         let st = self.stake_of(sender);
-        if st.unbond_at == 0 {
+        if st.unbonding.is_zero() {
             return Err(EscrowError::NotUnbonding);
         }
         if now < st.unbond_at {
@@ -1092,19 +1234,17 @@ impl Escrow {
                 allowed_at: U256::from(st.unbond_at),
             });
         }
-        let amount = st.amount;
-        if !amount.is_zero() {
-            let escrow = self.address();
-            let token = self.stake_token;
-            let t = self.tokens.entry(token).or_default();
-            t.check_transfer(escrow, amount)?;
-            t.move_checked(None, escrow, sender, amount);
-            self.owe(token, |o| o.saturating_sub(amount));
-        }
+        let amount = st.unbonding;
+        let escrow = self.address();
+        let token = self.stake_token;
+        let t = self.tokens.entry(token).or_default();
+        t.check_transfer(escrow, amount)?;
+        t.move_checked(None, escrow, sender, amount);
+        self.owe(token, |o| o.saturating_sub(amount));
         self.stakes.insert(
             sender,
             Stake {
-                amount: U256::ZERO,
+                unbonding: U256::ZERO,
                 unbond_at: 0,
                 ..st
             },
@@ -1258,13 +1398,20 @@ mod tests {
         token: Address,
     }
 
+    const PARAMS: Params = Params {
+        min_stake: U256::from_limbs([100, 0, 0, 0]),
+        unbond_delay: 10,
+        max_duration: 2_000,
+        max_grace: 200,
+    };
+
     fn setup() -> (Fixture, JobId) {
         let token = Address::repeat_byte(0xAA);
         let domain = EscrowDomain {
             chain_id: 31337,
             escrow: Address::repeat_byte(0xEE),
         };
-        let e = Escrow::new(domain, Scheme::Secp256k1, token, U256::from(100), 10).unwrap();
+        let e = Escrow::new(domain, Scheme::Secp256k1, token, PARAMS).unwrap();
         let mut f = Fixture {
             e,
             client: SigningKey::from_seed(1),
@@ -1317,6 +1464,7 @@ mod tests {
             let price = U256::from(4);
             let fields = BidFields {
                 job_id,
+                terms: self.e.terms_of(job_id).unwrap_or_default(),
                 epoch,
                 provider: self.prov.address(),
                 price_per_step: price,
@@ -1408,11 +1556,28 @@ mod tests {
             }))
         );
         assert_eq!(f.e.withdrawable(f.prov.address(), f.token), U256::from(400));
+        // Completion credits nothing to the client: `settle` does, once, for anyone.
+        assert_eq!(f.e.withdrawable(f.client.address(), f.token), U256::ZERO);
+        assert_eq!(f.e.stake_of(f.prov.address()).live_epochs, 0);
+        f.books_balance();
+        let settle: Call = ChainTx::Settle { job_id: j }.into();
+        let stranger = Address::repeat_byte(0x99);
+        assert_eq!(
+            f.e.apply(&settle, stranger, 5).unwrap(),
+            vec![Event::Job(ChainEvent::JobSettled {
+                job_id: j,
+                client: f.client.address(),
+                refund: U256::from(600)
+            })]
+        );
         assert_eq!(
             f.e.withdrawable(f.client.address(), f.token),
             U256::from(600)
         );
-        assert_eq!(f.e.stake_of(f.prov.address()).live_epochs, 0);
+        assert_eq!(
+            f.e.apply(&settle, stranger, 6),
+            Err(EscrowError::NothingToSettle)
+        );
         f.books_balance();
     }
 
@@ -1472,17 +1637,15 @@ mod tests {
             provider: f.prov.address(),
             job_id: j,
             amount: U256::from(100),
-            beneficiary: f.client.address(),
         }));
-        assert_eq!(f.e.stake_of(f.prov.address()).amount, U256::ZERO);
-        assert_eq!(
-            f.e.withdrawable(f.client.address(), f.token),
-            U256::from(100)
-        );
+        // Burned: the client that could cause the reject gets nothing from it.
+        assert_eq!(f.e.stake_of(f.prov.address()).bonded, U256::ZERO);
+        assert_eq!(f.e.burned(), U256::from(100));
+        assert_eq!(f.e.withdrawable(f.client.address(), f.token), U256::ZERO);
         assert_eq!(
             f.assign(j, 3, 2),
             Err(EscrowError::InsufficientStake {
-                stake: U256::ZERO,
+                bonded: U256::ZERO,
                 needed: U256::from(100)
             })
         );
@@ -1509,7 +1672,7 @@ mod tests {
         f.e.apply(&withdraw, f.client.address(), 1101).unwrap();
         assert_eq!(
             f.e.balance_of(f.token, f.client.address()),
-            U256::from(10_100)
+            U256::from(10_000)
         );
         assert_eq!(
             f.e.apply(&withdraw, f.client.address(), 1101),
@@ -1529,8 +1692,8 @@ mod tests {
             total_steps: 100,
             checkpoint_interval: 25,
             spec_hash: Hash::ZERO,
-            verifiers: vec![f.v1.address()],
-            quorum: 1,
+            verifiers: vec![f.v1.address(), f.v2.address()],
+            quorum: 2,
             deadline: 1_000,
             grace: 0,
         };
@@ -1584,6 +1747,7 @@ mod tests {
         let sim = SigningKey::simulated(2);
         let fields = BidFields {
             job_id: j,
+            terms: f.e.terms_of(j).unwrap(),
             epoch: 1,
             provider: sim.address(),
             price_per_step: U256::from(4),
@@ -1603,5 +1767,142 @@ mod tests {
             f.decide(true, 1, 25, real, 3),
             Err(EscrowError::BadSignature { index: U256::ZERO })
         );
+    }
+
+    #[test]
+    fn stake_is_reserved_per_epoch_and_a_provider_can_resign() {
+        let (mut f, j) = setup();
+        // A second job: the provider's one minimum stake cannot back two epochs.
+        let token = f.token;
+        let create = |verifiers: Vec<Address>, quorum: u8, deadline: u64, grace: u64| {
+            Call::from(ChainTx::CreateJob {
+                token,
+                budget: U256::from(1_000),
+                max_price_per_step: U256::from(10),
+                total_steps: 100,
+                checkpoint_interval: 25,
+                spec_hash: Hash::repeat_byte(78),
+                verifiers,
+                quorum,
+                deadline,
+                grace,
+            })
+        };
+        let pair = vec![f.v1.address(), f.v2.address()];
+        let c = f.client.address();
+        assert_eq!(
+            f.e.apply(&create(pair.clone(), 2, 2_002, 0), c, 1),
+            Err(EscrowError::DeadlineTooFar {
+                deadline: 2_002,
+                latest: U256::from(2_001)
+            })
+        );
+        assert_eq!(
+            f.e.apply(&create(pair.clone(), 2, 900, 201), c, 1),
+            Err(EscrowError::GraceTooLong {
+                grace: 201,
+                max_grace: 200
+            })
+        );
+        assert_eq!(
+            f.e.apply(&create(vec![f.v1.address()], 1, 900, 0), c, 1),
+            Err(EscrowError::InvalidVerifiers)
+        );
+        let three = vec![f.v1.address(), f.v2.address(), Address::repeat_byte(3)];
+        assert_eq!(
+            f.e.apply(&create(three.clone(), 1, 900, 0), c, 1),
+            Err(EscrowError::InvalidQuorum)
+        );
+        assert_eq!(
+            f.e.apply(&create(vec![f.v1.address(), c], 2, 900, 0), c, 1),
+            Err(EscrowError::ClientIsVerifier)
+        );
+        let with_provider = vec![f.v1.address(), f.prov.address(), f.v2.address()];
+        f.e.apply(&create(with_provider, 2, 900, 0), c, 1).unwrap();
+        assert_eq!(
+            f.assign(U256::from(2), 1, 2),
+            Err(EscrowError::ProviderIsVerifier(f.prov.address()))
+        );
+        f.e.apply(&create(pair, 2, 900, 0), c, 1).unwrap();
+        let k = U256::from(3);
+        f.assign(j, 1, 2).unwrap();
+        assert_eq!(
+            f.assign(k, 1, 2),
+            Err(EscrowError::InsufficientStake {
+                bonded: U256::from(100),
+                needed: U256::from(200)
+            })
+        );
+        // Re-assigning the same provider to its own job releases the old reservation first.
+        f.assign(j, 2, 2).unwrap();
+        let p = f.prov.address();
+        // Only the unreserved part can unbond while an epoch is live.
+        f.e.apply(
+            &Call::Register {
+                amount: U256::from(50),
+            },
+            p,
+            2,
+        )
+        .unwrap();
+        assert_eq!(
+            f.e.apply(
+                &Call::RequestUnbond {
+                    amount: U256::from(51)
+                },
+                p,
+                2
+            ),
+            Err(EscrowError::StakeLocked {
+                free: U256::from(50),
+                requested: U256::from(51)
+            })
+        );
+        f.e.apply(
+            &Call::RequestUnbond {
+                amount: U256::from(50),
+            },
+            p,
+            2,
+        )
+        .unwrap();
+        // Resigning ends the epoch without a slash and frees the rest.
+        let resign: Call = ChainTx::Resign { job_id: j }.into();
+        assert_eq!(f.e.apply(&resign, c, 3), Err(EscrowError::NotProvider));
+        assert_eq!(
+            f.e.apply(&resign, p, 3).unwrap(),
+            vec![Event::Job(ChainEvent::EpochEnded {
+                job_id: j,
+                epoch: 2,
+                reason: EpochEndReason::Resigned
+            })]
+        );
+        assert_eq!(
+            f.e.apply(&resign, p, 3),
+            Err(EscrowError::WrongStatus(Status::Open))
+        );
+        let st = f.e.stake_of(p);
+        assert_eq!(
+            (st.bonded, st.unbonding, st.live_epochs),
+            (U256::from(100), U256::from(50), 0)
+        );
+        f.e.apply(
+            &Call::RequestUnbond {
+                amount: U256::from(100),
+            },
+            p,
+            4,
+        )
+        .unwrap();
+        assert_eq!(
+            f.e.apply(&Call::WithdrawStake, p, 13),
+            Err(EscrowError::TooEarly {
+                allowed_at: U256::from(14)
+            })
+        );
+        f.e.apply(&Call::WithdrawStake, p, 14).unwrap();
+        assert_eq!(f.e.balance_of(f.token, p), U256::from(1_000));
+        assert_eq!(f.e.burned(), U256::ZERO);
+        f.books_balance();
     }
 }

@@ -45,6 +45,9 @@ pub enum Input {
     },
     /// Blob store: a requested fetch finished (BLAKE3-verified when `ok`).
     BlobFetched { hash: Hash, ok: bool },
+    /// The provider's bonded stake as the chain reports it now (staking and unbonding are not
+    /// job events, so the node reads it): what the provider's stake rule checks against.
+    StakeChanged { bonded: U256, min_stake: U256 },
     /// Verifier runner: the quality test's result.
     QualityResult {
         job_id: JobId,
@@ -199,6 +202,12 @@ pub enum Notice {
     /// An assignment for a job whose spec or parameters this node never learned.
     UnknownJob {
         job_id: JobId,
+    },
+    /// The provider will not bid on the job: its terms break `rule`. Reported once per job
+    /// and rule, not on every event that would have let it bid.
+    BidRefused {
+        job_id: JobId,
+        rule: crate::provider::VetRule,
     },
 }
 

@@ -65,6 +65,9 @@ pub struct JobOffer {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Bid {
     pub job_id: JobId,
+    /// The job's terms hash (`JobEscrow.termsOf`): carried so any relay can check the
+    /// signature; the client takes only bids whose terms are its job's.
+    pub terms: Hash,
     pub epoch: Epoch,
     pub provider: Address,
     pub price_per_step: U256,
@@ -195,6 +198,7 @@ impl Bid {
     pub fn fields(&self) -> BidFields {
         BidFields {
             job_id: self.job_id,
+            terms: self.terms,
             epoch: self.epoch,
             provider: self.provider,
             price_per_step: self.price_per_step,

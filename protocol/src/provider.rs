@@ -37,6 +37,104 @@ const MAX_UNCONFIRMED_OFFERS: usize = 64;
 /// published again: several blocks on a public chain, so a decision normally lands first.
 pub const REGOSSIP_AFTER: Duration = Duration::from_secs(10);
 
+/// Why the provider will not bid on a job: each rule of [`Vetting`], and the older fit checks.
+/// The node logs each refusal with its rule and counts them for `gpuchain provider status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum VetRule {
+    /// The job pays in a token not on the allowlist.
+    Token,
+    /// Fewer than two verifiers, or a quorum that is not a strict majority of them.
+    Quorum,
+    /// The client is one of its own job's verifiers.
+    ClientIsVerifier,
+    /// This provider is one of the job's verifiers (the escrow refuses that assignment).
+    ProviderIsVerifier,
+    /// The deadline is further from now than the provider's limit.
+    Deadline,
+    /// The grace after the deadline is longer than the provider's limit.
+    Grace,
+    /// Its free stake cannot back one more epoch.
+    Stake,
+    /// The job's verifiers rejected this provider's work before.
+    RejectedBefore,
+    /// The offer's maximum price is below this provider's price.
+    Price,
+    /// The spec needs more memory than this provider has, or is malformed.
+    Spec,
+}
+
+impl VetRule {
+    pub fn name(self) -> &'static str {
+        match self {
+            VetRule::Token => "token",
+            VetRule::Quorum => "quorum",
+            VetRule::ClientIsVerifier => "client-is-verifier",
+            VetRule::ProviderIsVerifier => "provider-is-verifier",
+            VetRule::Deadline => "deadline",
+            VetRule::Grace => "grace",
+            VetRule::Stake => "stake",
+            VetRule::RejectedBefore => "rejected-before",
+            VetRule::Price => "price",
+            VetRule::Spec => "spec",
+        }
+    }
+}
+
+/// What a provider requires of a job's terms before it bids: the escrow lets a client pick
+/// them, and a provider that signs a bid on any terms lends its stake to whatever they allow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vetting {
+    /// Tokens it will be paid in; empty accepts any (the node always fills it: by default
+    /// with the deployment's stake token).
+    pub tokens: Vec<Address>,
+    /// Longest `deadline - now` it accepts, in seconds: how long one epoch can hold its stake.
+    pub max_duration_secs: u64,
+    /// Longest grace after the deadline it accepts, in seconds.
+    pub max_grace_secs: u64,
+    /// Its bonded stake and the escrow's stake per epoch, as read at start; the machine then
+    /// follows its own assignments and slashes. `None` does not check stake.
+    pub stake: Option<StakeBudget>,
+}
+
+/// The provider's side of the escrow's per-epoch reservation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StakeBudget {
+    pub bonded: U256,
+    pub min_stake: U256,
+}
+
+/// By default a job may hold a provider for 30 days plus a day of grace.
+pub const DEFAULT_MAX_DURATION_SECS: u64 = 30 * 24 * 3600;
+pub const DEFAULT_MAX_GRACE_SECS: u64 = 24 * 3600;
+
+impl Default for Vetting {
+    fn default() -> Self {
+        Vetting {
+            tokens: Vec::new(),
+            max_duration_secs: DEFAULT_MAX_DURATION_SECS,
+            max_grace_secs: DEFAULT_MAX_GRACE_SECS,
+            stake: None,
+        }
+    }
+}
+
+/// The parts of `JobCreated` the provider bids on and vets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ChainJob {
+    spec_hash: Hash,
+    client: Address,
+    token: Address,
+    max_price_per_step: U256,
+    total_steps: Step,
+    checkpoint_interval: Step,
+    verifiers: Vec<Address>,
+    quorum: u8,
+    deadline: u64,
+    grace: u64,
+    /// What bids are signed over.
+    terms: Hash,
+}
+
 #[derive(Clone, Debug)]
 pub struct ProviderConfig {
     pub domain: EscrowDomain,
@@ -50,6 +148,7 @@ pub struct ProviderConfig {
     /// published again (with every undecided one before it): gossip can lose a message, and
     /// a verifier that missed one waits for it before it checks the next.
     pub regossip_after: Duration,
+    pub vetting: Vetting,
 }
 
 impl ProviderConfig {
@@ -61,6 +160,7 @@ impl ProviderConfig {
             bid_ttl_secs: 600,
             heartbeat_period: Duration::from_millis(100),
             regossip_after: REGOSSIP_AFTER,
+            vetting: Vetting::default(),
         }
     }
 }
@@ -89,20 +189,28 @@ struct ProviderJob {
     /// The offer's spec hash, computed once (CBOR and BLAKE3 of the spec): the offer is
     /// compared with the chain on every event of the job.
     offer_spec_hash: Hash,
-    /// From `JobCreated`: (spec hash, client, max price, total steps, interval).
-    chain: Option<(Hash, Address, U256, Step, Step)>,
+    /// From `JobCreated`.
+    chain: Option<ChainJob>,
     chain_epoch: Epoch,
     bid_epochs: BTreeSet<Epoch>,
     training: Option<Training>,
     done: bool,
+    /// This provider holds the job's current epoch on chain (what its stake reserves).
+    holds_epoch: bool,
+    /// The job's verifiers rejected this provider's work: it never bids on the job again.
+    rejected_me: bool,
+    /// The last rule that refused a bid, so each refusal is reported once, not per event.
+    refused: Option<VetRule>,
 }
 
 impl ProviderJob {
     /// Whether the offer we saw agrees with the chain (when we know both).
     fn offer_matches_chain(&self) -> bool {
         match (&self.offer, &self.chain) {
-            (Some(o), Some((hash, client, max, _, _))) => {
-                self.offer_spec_hash == *hash && o.client == *client && o.max_price_per_step == *max
+            (Some(o), Some(c)) => {
+                self.offer_spec_hash == c.spec_hash
+                    && o.client == c.client
+                    && o.max_price_per_step == c.max_price_per_step
             }
             _ => true,
         }
@@ -110,7 +218,7 @@ impl ProviderJob {
 
     fn steps(&self) -> Option<(Step, Step)> {
         match (&self.chain, &self.offer) {
-            (Some((_, _, _, total, interval)), _) => Some((*total, *interval)),
+            (Some(c), _) => Some((c.total_steps, c.checkpoint_interval)),
             (None, Some(o)) => Some((o.spec.total_steps, o.spec.checkpoint_interval)),
             (None, None) => None,
         }
@@ -118,7 +226,7 @@ impl ProviderJob {
 
     fn spec_hash(&self) -> Option<Hash> {
         match (&self.chain, &self.offer) {
-            (Some((hash, ..)), _) => Some(*hash),
+            (Some(c), _) => Some(c.spec_hash),
             (None, Some(_)) => Some(self.offer_spec_hash),
             (None, None) => None,
         }
@@ -136,6 +244,8 @@ pub struct Provider {
     /// rather than looked up in `jobs`.
     training_jobs: BTreeMap<JobId, Time>,
     block_time: u64,
+    /// Bids refused, by the rule that refused them (each job counted once per rule).
+    refusals: BTreeMap<VetRule, u64>,
     outputs: VecDeque<Output>,
 }
 
@@ -147,12 +257,18 @@ impl Provider {
             jobs: BTreeMap::new(),
             training_jobs: BTreeMap::new(),
             block_time: 0,
+            refusals: BTreeMap::new(),
             outputs: VecDeque::new(),
         }
     }
 
     pub fn address(&self) -> Address {
         self.key.address()
+    }
+
+    /// Bids this provider refused to make, by rule: what `gpuchain provider status` shows.
+    pub fn refusals(&self) -> &BTreeMap<VetRule, u64> {
+        &self.refusals
     }
 
     /// The epoch this provider is training, if any.
@@ -164,10 +280,43 @@ impl Provider {
         !self.training_jobs.is_empty()
     }
 
-    fn fits(&self, spec: &JobSpec, max_price: U256) -> bool {
-        spec.check().is_ok()
-            && self.config.hardware.memory_bytes >= spec.min_memory_bytes
-            && self.config.price_per_step <= max_price
+    /// Epochs this provider holds on chain now, across jobs.
+    fn live_epochs(&self) -> u64 {
+        self.jobs.values().filter(|j| j.holds_epoch).count() as u64
+    }
+
+    /// The first rule the job breaks, if any: the vetting of its terms, then the fit.
+    fn vet(&self, job: &ProviderJob, chain: &ChainJob, spec: &JobSpec) -> Option<VetRule> {
+        let v = &self.config.vetting;
+        let me = self.key.address();
+        let n = chain.verifiers.len();
+        let q = usize::from(chain.quorum);
+        Some(if job.rejected_me {
+            VetRule::RejectedBefore
+        } else if !v.tokens.is_empty() && !v.tokens.contains(&chain.token) {
+            VetRule::Token
+        } else if n < 2 || q * 2 <= n || q > n {
+            VetRule::Quorum
+        } else if chain.verifiers.contains(&chain.client) {
+            VetRule::ClientIsVerifier
+        } else if chain.verifiers.contains(&me) {
+            VetRule::ProviderIsVerifier
+        } else if chain.deadline.saturating_sub(self.block_time) > v.max_duration_secs {
+            VetRule::Deadline
+        } else if chain.grace > v.max_grace_secs {
+            VetRule::Grace
+        } else if v.stake.is_some_and(|s| {
+            s.bonded < s.min_stake * U256::from(self.live_epochs() - u64::from(job.holds_epoch) + 1)
+        }) {
+            VetRule::Stake
+        } else if self.config.price_per_step > chain.max_price_per_step {
+            VetRule::Price
+        } else if spec.check().is_err() || self.config.hardware.memory_bytes < spec.min_memory_bytes
+        {
+            VetRule::Spec
+        } else {
+            return None;
+        })
     }
 
     /// Bids for `epoch` if the job is one we want, we are free, and we have not bid already.
@@ -180,18 +329,32 @@ impl Provider {
             return;
         };
         // Only chain-confirmed jobs get bids: offers are free to forge.
+        let Some(chain) = job.chain.as_ref() else {
+            return;
+        };
         if busy
-            || job.chain.is_none()
             || job.done
             || epoch <= job.chain_epoch
             || job.bid_epochs.contains(&epoch)
             || !job.offer_matches_chain()
-            || !self.fits(&offer.spec, offer.max_price_per_step)
         {
             return;
         }
+        if let Some(rule) = self.vet(job, chain, &offer.spec) {
+            if job.refused != Some(rule) {
+                *self.refusals.entry(rule).or_default() += 1;
+                self.outputs
+                    .push_back(Output::Notice(Notice::BidRefused { job_id, rule }));
+            }
+            if let Some(job) = self.jobs.get_mut(&job_id) {
+                job.refused = Some(rule);
+            }
+            return;
+        }
+        let terms = chain.terms;
         let bid = Bid {
             job_id,
+            terms,
             epoch,
             provider: self.key.address(),
             price_per_step: self.config.price_per_step,
@@ -202,6 +365,7 @@ impl Provider {
         .sign(&self.config.domain, &self.key);
         if let Some(job) = self.jobs.get_mut(&job_id) {
             job.bid_epochs.insert(epoch);
+            job.refused = None;
         }
         self.outputs.push_back(Output::Publish {
             topic: job_topic(job_id),
@@ -277,8 +441,8 @@ impl Provider {
             return Verdict::Ignore(IgnoreReason::StaleEpoch);
         }
         let spec_hash = offer.spec.spec_hash();
-        if let Some((hash, client, ..)) = job.chain
-            && (spec_hash != hash || offer.client != client)
+        if let Some(c) = &job.chain
+            && (spec_hash != c.spec_hash || offer.client != c.client)
         {
             return Verdict::Reject(RejectReason::OfferMismatch);
         }
@@ -292,23 +456,35 @@ impl Provider {
         self.block_time = self.block_time.max(block_time);
         let me = self.key.address();
         let job_id = event.job_id();
+        let terms = event.terms_hash();
         match event {
             ChainEvent::JobCreated {
                 client,
+                token,
                 max_price_per_step,
                 total_steps,
                 checkpoint_interval,
                 spec_hash,
+                verifiers,
+                quorum,
+                deadline,
+                grace,
                 ..
             } => {
                 let job = self.jobs.entry(job_id).or_default();
-                job.chain = Some((
+                job.chain = Some(ChainJob {
                     spec_hash,
                     client,
+                    token,
                     max_price_per_step,
                     total_steps,
                     checkpoint_interval,
-                ));
+                    verifiers,
+                    quorum,
+                    deadline,
+                    grace,
+                    terms: terms.unwrap_or_default(),
+                });
                 // An offer that arrived before the chain confirmed the job is bid on now.
                 if !job.offer_matches_chain() {
                     job.offer = None;
@@ -335,6 +511,7 @@ impl Provider {
                     return;
                 }
                 job.chain_epoch = epoch;
+                job.holds_epoch = provider == me;
                 if job.training.as_ref().is_some_and(|t| t.epoch < epoch) {
                     self.stop(job_id, true);
                 }
@@ -380,9 +557,12 @@ impl Provider {
                 self.heartbeat(job_id, now);
             }
             ChainEvent::EpochEnded { epoch, reason, .. } => {
-                let Some(job) = self.jobs.get(&job_id) else {
+                let Some(job) = self.jobs.get_mut(&job_id) else {
                     return;
                 };
+                if epoch == job.chain_epoch {
+                    job.holds_epoch = false;
+                }
                 if job.training.as_ref().is_some_and(|t| t.epoch == epoch) {
                     // A completed (or expired) job ends the epoch without fencing anyone.
                     let fenced = !matches!(
@@ -395,12 +575,25 @@ impl Provider {
                 self.maybe_bid(job_id, epoch.saturating_add(1));
             }
             ChainEvent::CheckpointRejected {
-                epoch, provider, ..
+                epoch,
+                provider,
+                slashed,
+                ..
             } => {
-                let Some(job) = self.jobs.get(&job_id) else {
+                let Some(job) = self.jobs.get_mut(&job_id) else {
                     return;
                 };
-                if provider == me && job.training.as_ref().is_some_and(|t| t.epoch == epoch) {
+                if provider != me {
+                    return;
+                }
+                // Whatever the reason, a job whose verifiers rejected our work once can do it
+                // again: bidding there only lends them our stake.
+                job.rejected_me = true;
+                let training = job.training.as_ref().is_some_and(|t| t.epoch == epoch);
+                if let Some(st) = self.config.vetting.stake.as_mut() {
+                    st.bonded = st.bonded.saturating_sub(slashed);
+                }
+                if training {
                     self.stop(job_id, true);
                 }
             }
@@ -420,6 +613,7 @@ impl Provider {
                     t.undecided.retain(|s, _| *s > step);
                 }
             }
+            ChainEvent::JobSettled { .. } => {}
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
                 self.stop(job_id, false);
                 if let Some(job) = self.jobs.get_mut(&job_id) {
@@ -522,6 +716,22 @@ impl StateMachine for Provider {
                 // Going silent is the honest signal: the client's detector reassigns.
                 if self.training(job_id).is_some_and(|t| t.epoch == epoch) {
                     self.stop(job_id, false);
+                }
+            }
+            Input::StakeChanged { bonded, min_stake } => {
+                let budget = Some(StakeBudget { bonded, min_stake });
+                if self.config.vetting.stake != budget {
+                    self.config.vetting.stake = budget;
+                    // Offers refused for want of stake may be bid on now.
+                    let pending: Vec<(JobId, Epoch)> = self
+                        .jobs
+                        .iter()
+                        .filter(|(_, j)| j.refused == Some(VetRule::Stake))
+                        .filter_map(|(id, j)| j.offer.as_ref().map(|o| (*id, o.next_epoch)))
+                        .collect();
+                    for (job_id, epoch) in pending {
+                        self.maybe_bid(job_id, epoch);
+                    }
                 }
             }
             Input::ConnectionClosed { .. }

@@ -60,6 +60,8 @@ pub enum RejectReason {
     InvalidOffer,
     /// A bid above the job's on-chain maximum price.
     PriceAboveMax,
+    /// A bid signed over other terms than the job's on chain: the escrow would refuse it.
+    TermsMismatch,
     /// A verifier voting both ways on the same checkpoint.
     Equivocation,
     /// An offer whose spec does not hash to the on-chain spec hash, or names another client.

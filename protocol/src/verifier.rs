@@ -484,6 +484,7 @@ impl Verifier {
                 }
                 self.advance(job_id);
             }
+            ChainEvent::JobSettled { .. } => {}
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
                 self.jobs.remove(&job_id);
                 self.outputs.push_back(Output::Unsubscribe {
@@ -542,7 +543,8 @@ impl StateMachine for Verifier {
             | Input::TxFailed { .. }
             | Input::StepDone { .. }
             | Input::CheckpointReady { .. }
-            | Input::TrainingFailed { .. } => {}
+            | Input::TrainingFailed { .. }
+            | Input::StakeChanged { .. } => {}
         }
     }
 

@@ -182,6 +182,19 @@ fn bids_are_refused_or_ignored_with_reasons() {
         c.handle_message(t(1), &bid(&k.a, 1, MAX_PRICE + 1, 8)),
         Verdict::Reject(RejectReason::PriceAboveMax)
     );
+    // A bid signed over another job's terms would be refused by the escrow: refused here.
+    let Message::Bid(b) = bid(&k.a, 1, 1000, 8) else {
+        unreachable!()
+    };
+    let other = gpuchain_protocol::messages::Bid {
+        terms: Hash::repeat_byte(9),
+        ..b
+    }
+    .sign(&domain(), &k.a);
+    assert_eq!(
+        c.handle_message(t(1), &Message::Bid(other)),
+        Verdict::Reject(RejectReason::TermsMismatch)
+    );
     assert_eq!(
         c.handle_message(t(1), &bid(&k.a, 1, 1000, 8)),
         Verdict::Accept
@@ -486,8 +499,56 @@ fn last_step_accepted_finishes_and_completion_unsubscribes() {
     assert!(outs.contains(&Output::Unsubscribe {
         topic: heartbeat_topic(job())
     }));
+    // What the job did not spend waits in the escrow until someone settles it: we do.
+    assert!(
+        matches!(&txs(&outs)[..], [(_, ChainTx::Settle { job_id })] if *job_id == job()),
+        "{outs:?}"
+    );
     c.handle_timeout(t(100_000));
     assert!(txs(&drain(&mut c)).is_empty());
+}
+
+#[test]
+fn a_client_restarted_before_its_settle_landed_settles() {
+    let k = keys();
+    let completed = |refund: u64| {
+        vec![
+            (BLOCK_TIME, job_created(&k)),
+            (
+                BLOCK_TIME,
+                gpuchain_protocol::chain::ChainEvent::JobCompleted {
+                    job_id: job(),
+                    refund: U256::from(refund),
+                },
+            ),
+        ]
+    };
+    let restore = |history| {
+        let mut c = Client::restore(
+            ClientConfig::new(domain()),
+            k.client.clone(),
+            [spec()],
+            history,
+            t(10),
+        );
+        txs(&drain(&mut c))
+    };
+    assert!(matches!(
+        &restore(completed(7))[..],
+        [(_, ChainTx::Settle { .. })]
+    ));
+    // Nothing left, or already settled: nothing to send.
+    assert!(restore(completed(0)).is_empty());
+    let mut settled = completed(7);
+    settled.push((
+        BLOCK_TIME,
+        gpuchain_protocol::chain::ChainEvent::JobSettled {
+            job_id: job(),
+            client: k.client.address(),
+            refund: U256::from(7),
+        },
+    ));
+    assert!(restore(settled).is_empty());
 }
 
 #[test]

@@ -58,6 +58,7 @@ fn bid_digest_recovery_and_signing_match() {
     let m = &b["message"];
     let fields = BidFields {
         job_id: U256::from(m["jobId"].as_u64().unwrap()),
+        terms: b256(&m["terms"]),
         epoch: m["epoch"].as_u64().unwrap(),
         provider: Address::from_str(m["provider"].as_str().unwrap()).unwrap(),
         price_per_step: U256::from(m["pricePerStep"].as_u64().unwrap()),
@@ -114,6 +115,7 @@ fn vector_signatures_do_not_verify_under_another_domain() {
     let m = &b["message"];
     let fields = BidFields {
         job_id: U256::from(m["jobId"].as_u64().unwrap()),
+        terms: b256(&m["terms"]),
         epoch: m["epoch"].as_u64().unwrap(),
         provider: Address::from_str(m["provider"].as_str().unwrap()).unwrap(),
         price_per_step: U256::from(m["pricePerStep"].as_u64().unwrap()),

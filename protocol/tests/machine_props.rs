@@ -478,7 +478,7 @@ proptest! {
                         prop_assert!(signers.iter().all(|s| listed.contains(s)));
                     }
                     ChainTx::Assign { provider, price_per_step, bid_expiry, bid_signature, .. } => {
-                        let fields = BidFields { job_id: job(), epoch: epoch_before + 1, provider, price_per_step, expiry: bid_expiry };
+                        let fields = BidFields { job_id: job(), terms: terms(), epoch: epoch_before + 1, provider, price_per_step, expiry: bid_expiry };
                         prop_assert_eq!(fields.recover(&domain(), Scheme::Secp256k1, &bid_signature), Ok(provider));
                         prop_assert!(price_per_step <= U256::from(MAX_PRICE));
                     }

@@ -8,12 +8,15 @@ mod common;
 use common::*;
 use gpuchain_protocol::chain::{ChainEvent, EpochEndReason};
 use gpuchain_protocol::io::Output;
+use gpuchain_protocol::provider::{
+    DEFAULT_MAX_DURATION_SECS, DEFAULT_MAX_GRACE_SECS, StakeBudget, VetRule, Vetting,
+};
 use gpuchain_protocol::signing::{Scheme, SigningKey};
 use gpuchain_protocol::topics::{heartbeat_topic, job_topic};
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{
-    Hash, IgnoreReason, Input, Notice, Provider, ProviderConfig, RejectReason, StateMachine, U256,
-    Verdict,
+    Address, Hash, IgnoreReason, Input, Notice, Provider, ProviderConfig, RejectReason,
+    StateMachine, U256, Verdict,
 };
 
 fn provider(key: &SigningKey, price: u64, memory_gib: u64) -> Provider {
@@ -394,4 +397,185 @@ fn offers_are_bid_on_only_once_the_chain_confirms_the_job() {
     );
     p.handle_input(t(2), chain(job_created(&k)));
     assert_eq!(bids(&drain(&mut p)), vec![(1, U256::from(1000))]);
+}
+
+fn refusals(outs: &[Output]) -> Vec<VetRule> {
+    notices(outs)
+        .into_iter()
+        .filter_map(|n| match n {
+            Notice::BidRefused { rule, .. } => Some(rule),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A provider with the node's defaults: paid in the test token only, and bonded for one epoch.
+fn vetting_provider(key: &SigningKey) -> Provider {
+    let mut cfg = ProviderConfig::new(domain(), gpu(8), U256::from(1000));
+    cfg.vetting = Vetting {
+        tokens: vec![TOKEN],
+        stake: Some(StakeBudget {
+            bonded: U256::from(MIN_STAKE),
+            min_stake: U256::from(MIN_STAKE),
+        }),
+        ..Vetting::default()
+    };
+    Provider::new(cfg, key.clone())
+}
+
+#[test]
+fn bids_carry_the_jobs_terms() {
+    let k = keys();
+    let mut p = vetting_provider(&k.a);
+    p.handle_input(t(0), chain(job_created(&k)));
+    p.handle_message(t(1), &offer(&k, 1));
+    let outs = drain(&mut p);
+    let [Message::Bid(b)] = &published(&outs)[..] else {
+        panic!("one bid expected: {outs:?}")
+    };
+    assert_eq!(Some(b.terms), job_created(&k).terms_hash());
+    assert!(refusals(&outs).is_empty());
+}
+
+#[test]
+fn terms_a_hostile_client_picks_are_refused_once_each_with_their_rule() {
+    let k = keys();
+    let me = k.a.address();
+    type Edit = Box<dyn Fn(&mut ChainEvent)>;
+    let cases: Vec<(VetRule, Edit)> = vec![
+        (
+            VetRule::Token,
+            Box::new(|e| set(e, |c| *c.token = Address::repeat_byte(0x01))),
+        ),
+        (
+            VetRule::Quorum,
+            Box::new(|e| set(e, |c| c.verifiers.truncate(1))),
+        ),
+        (
+            VetRule::Quorum,
+            Box::new(|e| {
+                set(e, |c| {
+                    c.verifiers.push(Address::repeat_byte(0x77));
+                    c.verifiers.push(Address::repeat_byte(0x78));
+                })
+            }),
+        ),
+        (
+            VetRule::ClientIsVerifier,
+            Box::new(|e| set(e, |c| c.verifiers[1] = *c.client)),
+        ),
+        (
+            VetRule::ProviderIsVerifier,
+            Box::new(move |e| set(e, |c| c.verifiers[1] = me)),
+        ),
+        (
+            VetRule::Deadline,
+            Box::new(|e| {
+                set(e, |c| {
+                    *c.deadline = BLOCK_TIME + DEFAULT_MAX_DURATION_SECS + 1;
+                })
+            }),
+        ),
+        (
+            VetRule::Grace,
+            Box::new(|e| set(e, |c| *c.grace = DEFAULT_MAX_GRACE_SECS + 1)),
+        ),
+    ];
+    for (rule, edit) in cases {
+        let mut created = job_created(&k);
+        edit(&mut created);
+        let mut p = vetting_provider(&k.a);
+        p.handle_input(t(0), chain(created));
+        p.handle_message(t(1), &offer(&k, 1));
+        let outs = drain(&mut p);
+        assert!(bids(&outs).is_empty(), "{rule:?}: bid anyway");
+        assert_eq!(refusals(&outs), vec![rule]);
+        // The same offer again is refused again, but reported only once.
+        p.handle_message(t(2), &offer(&k, 1));
+        let outs = drain(&mut p);
+        assert!(
+            bids(&outs).is_empty() && refusals(&outs).is_empty(),
+            "{rule:?}"
+        );
+    }
+}
+
+/// The fields of a `JobCreated` the vetting tests change.
+struct CreatedFields<'a> {
+    client: &'a mut Address,
+    token: &'a mut Address,
+    verifiers: &'a mut Vec<Address>,
+    deadline: &'a mut u64,
+    grace: &'a mut u64,
+}
+
+fn set(e: &mut ChainEvent, f: impl FnOnce(CreatedFields<'_>)) {
+    let ChainEvent::JobCreated {
+        client,
+        token,
+        verifiers,
+        deadline,
+        grace,
+        ..
+    } = e
+    else {
+        unreachable!("a JobCreated")
+    };
+    f(CreatedFields {
+        client,
+        token,
+        verifiers,
+        deadline,
+        grace,
+    });
+}
+
+#[test]
+fn it_bids_only_with_free_stake_for_one_more_epoch_and_learns_new_stake() {
+    let k = keys();
+    let mut p = vetting_provider(&k.a);
+    p.handle_input(
+        t(0),
+        Input::StakeChanged {
+            bonded: U256::from(MIN_STAKE - 1),
+            min_stake: U256::from(MIN_STAKE),
+        },
+    );
+    p.handle_input(t(0), chain(job_created(&k)));
+    p.handle_message(t(1), &offer(&k, 1));
+    let outs = drain(&mut p);
+    assert!(bids(&outs).is_empty());
+    assert_eq!(refusals(&outs), vec![VetRule::Stake]);
+    // Staking more (the node reads it from the chain) lets the refused offer be bid on.
+    p.handle_input(
+        t(2),
+        Input::StakeChanged {
+            bonded: U256::from(MIN_STAKE),
+            min_stake: U256::from(MIN_STAKE),
+        },
+    );
+    assert_eq!(bids(&drain(&mut p)), vec![(1, U256::from(1000))]);
+}
+
+#[test]
+fn it_never_bids_again_on_a_job_whose_verifiers_rejected_its_work() {
+    let k = keys();
+    let mut p = vetting_provider(&k.a);
+    p.handle_input(
+        t(0),
+        Input::StakeChanged {
+            bonded: U256::from(3 * MIN_STAKE),
+            min_stake: U256::from(MIN_STAKE),
+        },
+    );
+    p.handle_input(t(0), chain(job_created(&k)));
+    p.handle_message(t(1), &offer(&k, 1));
+    p.handle_input(t(100), assigned(1, &k.a, 0, Hash::ZERO));
+    drain(&mut p);
+    p.handle_input(t(200), rejected(1, 50, ckpt(0xa, 50), &k.a));
+    p.handle_input(t(200), epoch_ended(1, EpochEndReason::Rejected));
+    p.handle_message(t(300), &offer(&k, 2));
+    let outs = drain(&mut p);
+    assert!(bids(&outs).is_empty(), "re-bid on the job that rejected it");
+    assert_eq!(refusals(&outs), vec![VetRule::RejectedBefore]);
 }

@@ -551,21 +551,19 @@ fn four_november_story() {
     // Every transaction the machines sent passed the contract's checks.
     assert!(w.tx_failures.is_empty(), "{:?}", w.tx_failures);
 
-    // Payouts: A 150 steps × 1000, B 250 steps × 3000, P nothing; the rest refunded; P's
-    // stake slashed to the client.
+    // Payouts: A 150 steps × 1000, B 250 steps × 3000, P nothing; the rest refunded once the
+    // client's `settle` lands; P's stake slashed and burned, so the client gains nothing by it.
     let e = &w.escrow;
     assert_eq!(e.job(job()).map(|j| j.status), Some(Status::Completed));
     assert_eq!(e.withdrawable(addr(A), TOKEN), U256::from(150_000));
     assert_eq!(e.withdrawable(addr(B), TOKEN), U256::from(750_000));
     assert_eq!(e.withdrawable(addr(P), TOKEN), U256::ZERO);
-    assert_eq!(e.stake_of(addr(P)).amount, U256::ZERO);
-    assert_eq!(e.stake_of(addr(B)).amount, U256::from(MIN_STAKE));
-    // The client's refund and P's slashed stake: credited, or already withdrawn.
+    assert_eq!(e.stake_of(addr(P)).bonded, U256::ZERO);
+    assert_eq!(e.stake_of(addr(B)).bonded, U256::from(MIN_STAKE));
+    assert_eq!(e.burned(), U256::from(MIN_STAKE));
+    // The client's refund: credited by its settle, or already withdrawn.
     let client_total = e.withdrawable(addr(CLIENT), TOKEN) + e.balance_of(TOKEN, addr(CLIENT));
-    assert_eq!(
-        client_total,
-        U256::from(5_000_000u64 - BUDGET + 4_100_000 + MIN_STAKE)
-    );
+    assert_eq!(client_total, U256::from(5_000_000u64 - BUDGET + 4_100_000));
     assert_eq!(
         e.balance_of(TOKEN, domain().escrow),
         e.owed_recomputed(TOKEN)

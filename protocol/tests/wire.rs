@@ -187,12 +187,14 @@ fn message() -> impl Strategy<Value = Message> {
             u256(),
             any::<u64>(),
             hardware(),
-            sig()
+            sig(),
+            hash()
         )
             .prop_map(
-                |(job_id, epoch, provider, price_per_step, expiry, hardware, signature)| {
+                |(job_id, epoch, provider, price_per_step, expiry, hardware, signature, terms)| {
                     Message::Bid(Bid {
                         job_id,
+                        terms,
                         epoch,
                         provider,
                         price_per_step,

@@ -49,6 +49,8 @@ struct Book {
     last_step: Step,
     paid: U256,
     ended: bool,
+    /// What a completed job left for `settle` to credit (zero once settled).
+    unsettled: U256,
 }
 
 #[derive(Default)]
@@ -60,7 +62,10 @@ pub struct Checker {
     pending: Option<Failure>,
     jobs: Vec<Book>,
     credits: BTreeMap<Address, U256>,
+    /// Bonded stake per provider, from stakes in, unbond requests and slashes out.
     stakes: BTreeMap<Address, U256>,
+    /// Stake requested out and not yet withdrawn, per provider.
+    unbonding: BTreeMap<Address, U256>,
     /// What the escrow should hold, from deposits in and withdrawals out.
     holdings: U256,
     watch: BTreeSet<(u64, JobId)>,
@@ -75,6 +80,7 @@ impl Checker {
             jobs: Vec::new(),
             credits: BTreeMap::new(),
             stakes: BTreeMap::new(),
+            unbonding: BTreeMap::new(),
             holdings: U256::ZERO,
             watch: BTreeSet::new(),
         }
@@ -130,7 +136,7 @@ impl Checker {
             }
             escrow::Event::StakeWithdrawn { provider, amount } => {
                 let st = self
-                    .stakes
+                    .unbonding
                     .insert(*provider, U256::ZERO)
                     .unwrap_or_default();
                 if st != *amount {
@@ -142,10 +148,22 @@ impl Checker {
                 self.holdings = self.holdings.saturating_sub(*amount);
                 return Ok(());
             }
-            // The slash's books are kept from `CheckpointRejected`, which carries it too.
-            escrow::Event::Slashed { .. } | escrow::Event::UnbondRequested { .. } => {
+            escrow::Event::UnbondRequested {
+                provider, amount, ..
+            } => {
+                let st = self.stakes.entry(*provider).or_default();
+                if *st < *amount {
+                    return fail(
+                        FUNDS_CONSERVED,
+                        format!("provider {provider} unbonds {amount} of a bonded {st}"),
+                    );
+                }
+                *st -= amount;
+                *self.unbonding.entry(*provider).or_default() += amount;
                 return Ok(());
             }
+            // The slash's books are kept from `CheckpointRejected`, which carries it too.
+            escrow::Event::Slashed { .. } => return Ok(()),
         };
         let job_id = job_no(job.job_id());
         match job {
@@ -306,7 +324,6 @@ impl Checker {
                         format!("job {job_id}: rejected in fenced epoch {epoch}"),
                     );
                 }
-                let client = b.client;
                 let st = self.stakes.entry(*provider).or_default();
                 if *st < *slashed {
                     return fail(
@@ -314,8 +331,25 @@ impl Checker {
                         format!("slashed {slashed} from a stake of {st}"),
                     );
                 }
+                // Burned: it stays in the escrow's holdings, credited to nobody.
                 *st -= slashed;
-                *self.credits.entry(client).or_default() += slashed;
+            }
+            ChainEvent::JobSettled { refund, .. } => {
+                let Some(b) = self.book(job_id) else {
+                    return Ok(());
+                };
+                if b.unsettled != *refund || refund.is_zero() {
+                    return fail(
+                        NO_DOUBLE_PAY,
+                        format!(
+                            "job {job_id}: settled {refund}, {} was left to settle",
+                            b.unsettled
+                        ),
+                    );
+                }
+                b.unsettled = U256::ZERO;
+                let client = b.client;
+                *self.credits.entry(client).or_default() += refund;
             }
             ChainEvent::JobCompleted { refund, .. } | ChainEvent::JobExpired { refund, .. } => {
                 let completed = matches!(job, ChainEvent::JobCompleted { .. });
@@ -345,8 +379,13 @@ impl Checker {
                 }
                 b.ended = true;
                 b.live = false;
-                let client = b.client;
-                *self.credits.entry(client).or_default() += refund;
+                // Completion leaves the refund for `settle`; expiry credits it at once.
+                if completed {
+                    b.unsettled = *refund;
+                } else {
+                    let client = b.client;
+                    *self.credits.entry(client).or_default() += refund;
+                }
             }
         }
         Ok(())

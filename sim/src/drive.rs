@@ -1140,7 +1140,11 @@ impl World {
                     .is_some_and(|j| j.client == my_address)
                 {
                     self.clients[me as usize].current = None;
-                    self.submit(me, withdraw());
+                    // A completed job's refund is credited by the `settle` its client machine
+                    // sends; an expired one's at once.
+                    if matches!(event, ChainEvent::JobExpired { .. }) {
+                        self.submit(me, withdraw());
+                    }
                     self.timer(me, 1_000, Timer::CreateJob);
                 }
                 if let Some(run) = self
@@ -1170,8 +1174,11 @@ impl World {
                     self.submit(me, withdraw());
                 }
             }
+            ChainEvent::JobSettled { client, .. } if *client == my_address => {
+                self.submit(me, withdraw());
+            }
             ChainEvent::CheckpointRejected { provider, .. } if *provider == my_address => {
-                let have = self.escrow.stake_of(my_address).amount;
+                let have = self.escrow.stake_of(my_address).bonded;
                 let need = self.escrow.min_stake;
                 if have < need {
                     self.submit(

@@ -9,7 +9,7 @@ use gpuchain_protocol::{Address, U256};
 use serde::Serialize;
 
 pub use gpuchain_protocol::escrow::{
-    Bugs, Call, Escrow, EscrowError, Event, Job, MAX_VERIFIERS, Stake, Status,
+    Bugs, Call, Escrow, EscrowError, Event, Job, MAX_VERIFIERS, Params, Stake, Status,
 };
 
 /// The simulator's own names: jobs by their number on chain, checkpoints by the id the
@@ -22,6 +22,11 @@ pub type Amount = u128;
 
 /// The one ERC-20 of a run: every job's token and the stake token, as with test USDC.
 pub const TOKEN: Address = Address::repeat_byte(0xAA);
+
+/// The escrow-wide bounds the simulator deploys with: a simulated job lives hours, not
+/// weeks, and these are the testnet's defaults.
+pub const MAX_DURATION: u64 = 30 * 24 * 3600;
+pub const MAX_GRACE: u64 = 24 * 3600;
 
 /// Where the simulated escrow lives: what every bid and vote is signed for.
 pub fn domain() -> EscrowDomain {
@@ -40,7 +45,13 @@ pub fn deploy(
     unbond_delay: u64,
     funded: impl IntoIterator<Item = (Address, Amount)>,
 ) -> Result<Escrow, EscrowError> {
-    let mut e = Escrow::new(domain(), scheme, TOKEN, U256::from(min_stake), unbond_delay)?;
+    let params = Params {
+        min_stake: U256::from(min_stake),
+        unbond_delay,
+        max_duration: MAX_DURATION,
+        max_grace: MAX_GRACE,
+    };
+    let mut e = Escrow::new(domain(), scheme, TOKEN, params)?;
     let escrow = e.address();
     for (who, amount) in funded {
         e.mint(TOKEN, who, U256::from(amount));
@@ -81,7 +92,8 @@ impl CallRecord {
         let sigs = |s: &[gpuchain_protocol::Sig65]| s.iter().map(|s| hex(&s.0)).collect::<Vec<_>>();
         let args = match &self.call {
             Call::Register { amount } => json!({ "amount": amount }),
-            Call::RequestUnbond | Call::WithdrawStake => json!({}),
+            Call::RequestUnbond { amount } => json!({ "amount": amount }),
+            Call::WithdrawStake => json!({}),
             Call::Tx(ChainTx::CreateJob {
                 token,
                 budget,
@@ -109,9 +121,12 @@ impl CallRecord {
                 "jobId": job_id, "provider": provider, "pricePerStep": price_per_step,
                 "bidExpiry": bid_expiry, "bidSig": hex(&bid_signature.0),
             }),
-            Call::Tx(ChainTx::ReleaseProvider { job_id } | ChainTx::Expire { job_id }) => {
-                json!({ "jobId": job_id })
-            }
+            Call::Tx(
+                ChainTx::ReleaseProvider { job_id }
+                | ChainTx::Expire { job_id }
+                | ChainTx::Resign { job_id }
+                | ChainTx::Settle { job_id },
+            ) => json!({ "jobId": job_id }),
             Call::Tx(
                 ChainTx::AcceptCheckpoint {
                     job_id,
@@ -169,8 +184,8 @@ mod tests {
             total_steps: 100,
             checkpoint_interval: 10,
             spec_hash: Default::default(),
-            verifiers: vec![Address::repeat_byte(2)],
-            quorum: 1,
+            verifiers: vec![Address::repeat_byte(2), Address::repeat_byte(3)],
+            quorum: 2,
             deadline: 50,
             grace: 0,
         };

@@ -736,6 +736,8 @@ impl World {
                 self.job_finished(job_id);
                 self.note(|_| format!("Job {job_id} complete, {} back to the client", usdc(r)));
             }
+            // Counted as refunded at completion already; settling only moves it to a credit.
+            ChainEvent::JobSettled { .. } => {}
             ChainEvent::JobExpired { refund, .. } => {
                 let r: u128 = refund.saturating_to();
                 self.metrics.jobs_expired += 1;

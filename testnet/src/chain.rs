@@ -17,7 +17,7 @@ use alloy::providers::{Provider, ProviderBuilder};
 use alloy::signers::local::PrivateKeySigner;
 use anyhow::{Context, Result, anyhow, bail};
 use gpuchain_contracts::chain::{ChainClient, ChainConfig, StakeInfo};
-use gpuchain_contracts::{Toolchain, deploy_job_escrow, deploy_test_usdc};
+use gpuchain_contracts::{EscrowParams, Toolchain, deploy_job_escrow, deploy_test_usdc};
 use serde_json::Value;
 
 use crate::process::Proc;
@@ -36,6 +36,10 @@ pub struct ChainOpts {
     pub min_stake: U256,
     /// `JobEscrow`'s delay between `requestUnbond` and `withdrawStake`, in seconds.
     pub unbond_delay: u64,
+    /// `JobEscrow`'s furthest deadline from a job's creation, in seconds.
+    pub max_duration: u64,
+    /// `JobEscrow`'s longest grace after a deadline, in seconds.
+    pub max_grace: u64,
     /// Mine a block every this many seconds instead of one per transaction.
     pub block_time_secs: Option<u64>,
     /// Passed to anvil after the harness's own arguments.
@@ -50,6 +54,8 @@ impl Default for ChainOpts {
             anvil: None,
             min_stake: U256::from(100 * USDC),
             unbond_delay: 3600,
+            max_duration: 30 * 24 * 3600,
+            max_grace: 24 * 3600,
             block_time_secs: None,
             extra_args: Vec::new(),
             ready_timeout: Duration::from_secs(30),
@@ -111,9 +117,13 @@ impl Chain {
             .await
             .context("eth_chainId on anvil")?;
         let usdc = *deploy_test_usdc(&wallet).await?.address();
-        let escrow = *deploy_job_escrow(&wallet, usdc, opts.min_stake, opts.unbond_delay)
-            .await?
-            .address();
+        let params = EscrowParams {
+            min_stake: opts.min_stake,
+            unbond_delay: opts.unbond_delay,
+            max_duration: opts.max_duration,
+            max_grace: opts.max_grace,
+        };
+        let escrow = *deploy_job_escrow(&wallet, usdc, params).await?.address();
         let deploy_block = wallet.get_block_number().await.context("eth_blockNumber")?;
         let deployer = ChainClient::connect(ChainConfig::new(&rpc_url, escrow, usdc), deployer_key)
             .await

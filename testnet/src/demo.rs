@@ -202,8 +202,9 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
     progress("job complete; reading the figures from the logs and the chain");
 
     let wait = Duration::from_secs(10);
-    // The record is read from the logs: let the client's follower log the final block first.
-    net.wait_event("client", event_is!(ChainCompleted), wait)
+    // The record is read from the logs: let the client's follower log the final block first,
+    // and the client's settle credit what the job did not spend.
+    net.wait_event("client", event_is!(ChainSettled), wait)
         .await?;
     let lost = net
         .wait_event("client", after(kill_time, event_is!(ProviderLost)), wait)
@@ -272,10 +273,12 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
     let refunded = money.refunded;
     let budget = U256::from(BUDGET);
     let client_credit = c.withdrawable(addr("client")?).await?;
+    // P's slash is burned: the client is credited its refund and nothing more.
     let credited = c.withdrawable(addr("A")?).await? == paid_a
         && c.withdrawable(addr("P")?).await? == paid_p
         && c.withdrawable(addr("B")?).await? == paid_b
-        && client_credit == refunded + slashed;
+        && client_credit == refunded
+        && c.deployer().burned().await? == slashed;
     let conserved = money.deposit == budget
         && money.conserved()
         && paid_a + paid_p + paid_b + refunded == budget
@@ -353,7 +356,7 @@ impl DemoReport {
             (
                 "paid to P (junk)",
                 format!(
-                    "{} USDC, stake slashed {} USDC",
+                    "{} USDC, stake slashed {} USDC (burned)",
                     self.paid_p, self.slashed_p
                 ),
             ),

@@ -319,7 +319,8 @@ async fn play(
     let (outcome, view) = loop {
         let v = chain.job(job_id).await?;
         match v.status {
-            3 => break ("completed", v),
+            // Completed once the client's settle has credited what the job did not spend.
+            3 if v.remaining.is_zero() => break ("completed", v),
             4 => break ("expired", v),
             _ => {}
         }
@@ -383,7 +384,7 @@ async fn play(
         if n.role == "provider" {
             stakes.push((
                 n.name.clone(),
-                usdc(U256::from(c.stake_of(a).await?.amount)),
+                usdc(U256::from(c.stake_of(a).await?.bonded)),
             ));
         }
     }

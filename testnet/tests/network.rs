@@ -55,7 +55,7 @@ async fn three_nodes_on_a_chain_faults_and_teardown() -> Result<()> {
     staker.register(U256::from(100 * USDC)).await?;
     let chain = net.chain()?;
     assert_eq!(
-        chain.stake_of(a.eth_address()).await?.amount,
+        chain.stake_of(a.eth_address()).await?.bonded,
         U256::from(100 * USDC)
     );
     assert_eq!(chain.escrow_usdc_balance().await?, U256::from(100 * USDC));

@@ -78,10 +78,10 @@ async fn demo_prints_figures_that_match_the_record_and_the_chain() -> Result<()>
     let refund: u64 = of("client")
         .into_iter()
         .find_map(|e| match e {
-            NodeEvent::ChainCompleted { refund, .. } => Some(refund),
+            NodeEvent::ChainSettled { refund, .. } => Some(refund),
             _ => None,
         })
-        .context("chain_completed")?
+        .context("chain_settled")?
         .parse()
         .context("refund")?;
     assert_eq!(usdc(U256::from(refund)), report.refunded);

@@ -45,10 +45,17 @@ struct Provider {
     name: &'static str,
     price: u64,
     fault: Option<&'static str>,
+    /// More flags for its node.
+    args: &'static [&'static str],
 }
 
 const fn p(name: &'static str, price: u64, fault: Option<&'static str>) -> Provider {
-    Provider { name, price, fault }
+    Provider {
+        name,
+        price,
+        fault,
+        args: &[],
+    }
 }
 
 struct Setup {
@@ -79,6 +86,9 @@ async fn setup(tag: &str, providers: &[Provider]) -> Result<Setup> {
             .arg(amount(pr.price));
         if let Some(f) = pr.fault {
             spec = spec.arg("--fault").arg(f);
+        }
+        for a in pr.args {
+            spec = spec.arg(*a);
         }
         net.spawn(spec).await?;
         net.stake(pr.name, U256::from(STAKE)).await?;
@@ -124,10 +134,11 @@ async fn job(chain: &ChainClient, id: U256) -> Result<gpuchain_contracts::JobEsc
 
 async fn wait_completed(s: &Setup, id: U256) -> Result<()> {
     let chain = s.net.chain()?.deployer().clone();
-    poll_until("the job to complete", JOB_TIMEOUT, async || {
+    // Completed, and settled by the client node: its unspent budget credited back.
+    poll_until("the job to complete and settle", JOB_TIMEOUT, async || {
         let v = job(&chain, id).await?;
         ensure!(v.status != 4, "the job expired");
-        Ok(v.status == 3)
+        Ok(v.status == 3 && v.remaining.is_zero())
     })
     .await
     .with_context(|| logs_tail(s))
@@ -173,21 +184,22 @@ fn epoch_2_assigned(e: &Logged) -> Option<(u64, String)> {
     }
 }
 
-/// Every token the escrow holds is accounted for: stakes plus what it owes (withdrawable),
-/// plus what open jobs still hold.
+/// Every token the escrow holds is accounted for: stakes plus what it owes (withdrawable)
+/// plus burned slashes (the jobs are settled, so no budget is left in them).
 async fn assert_conserved(s: &Setup, accounts: &[Address], providers: &[&str]) -> Result<()> {
     let chain = s.net.chain()?;
-    let mut owed = U256::ZERO;
+    let mut owed = chain.deployer().burned().await?;
     for a in accounts {
         owed += chain.withdrawable(*a).await?;
     }
     for p in providers {
-        owed += U256::from(chain.stake_of(s.net.node(p)?.eth_address()).await?.amount);
+        let st = chain.stake_of(s.net.node(p)?.eth_address()).await?;
+        owed += st.bonded + st.unbonding;
     }
     let held = chain.escrow_usdc_balance().await?;
     ensure!(
         held == owed,
-        "escrow holds {held} but owes {owed} (stakes + withdrawable)"
+        "escrow holds {held} but owes {owed} (stakes + withdrawable + burned)"
     );
     Ok(())
 }
@@ -420,9 +432,15 @@ async fn killed_provider_is_replaced_and_resumed_from_the_last_accepted_checkpoi
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Result<()> {
     let _serial = SERIAL.lock().await;
+    // The cheapest provider would be chosen first, but it takes no grace longer than a
+    // second: it must refuse the job (rule "grace") and never bid.
+    let picky = Provider {
+        args: &["--max-grace-secs", "1"],
+        ..p("picky", 500, None)
+    };
     let s = setup(
         "junk",
-        &[p("p1", 1_000, Some("junk")), p("p2", 2_000, None)],
+        &[p("p1", 1_000, Some("junk")), p("p2", 2_000, None), picky],
     )
     .await?;
     let id = submit(&s, 5_000).await?;
@@ -436,16 +454,30 @@ async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Resu
             "{v} did not vote against the junk checkpoint"
         );
     }
+    let picky = s.net.node("picky")?.events()?;
+    ensure!(
+        picky
+            .iter()
+            .any(|e| matches!(&e.event, NodeEvent::BidRefused { rule, .. } if rule == "grace")),
+        "the picky provider did not refuse the job's grace"
+    );
+    ensure!(
+        !picky
+            .iter()
+            .any(|e| matches!(e.event, NodeEvent::BidPublished { .. })),
+        "the picky provider bid anyway"
+    );
     let p1 = addr(&s, "p1")?;
     assert_eq!(c.withdrawable(p1).await?, U256::ZERO, "junk was paid");
-    // The escrow slashes min(stake, minStake) to the client.
+    // The escrow slashes the stake the epoch reserved and burns it: the client gets nothing.
     let slashed = U256::from(STAKE);
-    assert_eq!(U256::from(c.stake_of(p1).await?.amount), U256::ZERO);
+    assert_eq!(c.stake_of(p1).await?.bonded, U256::ZERO);
+    assert_eq!(c.deployer().burned().await?, slashed);
     let p2_paid = U256::from(STEPS * 2_000);
     assert_eq!(c.withdrawable(addr(&s, "p2")?).await?, p2_paid);
     assert_eq!(
         c.withdrawable(addr(&s, "client")?).await?,
-        U256::from(BUDGET) - p2_paid + slashed
+        U256::from(BUDGET) - p2_paid
     );
     // The status separates pay, slashed stake and refund.
     let (text, st) = job_status(&s, id).await?;
@@ -463,11 +495,11 @@ async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Resu
         "{st}"
     );
     assert_eq!(st["refunded"], tokens(U256::from(BUDGET) - p2_paid), "{st}");
-    let accounts: Vec<Address> = ["client", "p1", "p2", "v1", "v2"]
+    let accounts: Vec<Address> = ["client", "p1", "p2", "picky", "v1", "v2"]
         .iter()
         .map(|n| addr(&s, n))
         .collect::<Result<_>>()?;
-    assert_conserved(&s, &accounts, &["p1", "p2"]).await?;
+    assert_conserved(&s, &accounts, &["p1", "p2", "picky"]).await?;
     Ok(())
 }
 

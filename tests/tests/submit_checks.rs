@@ -195,14 +195,22 @@ async fn bad_submits_send_nothing_and_status_reads_the_chain() -> Result<()> {
             vec!["verifier #2 is the zero address".into()],
         ),
         (
+            "one verifier",
+            Box::new(|s| {
+                s.verifiers.truncate(1);
+                s.quorum = "1".into();
+            }),
+            vec!["at least two verifiers, 1 given".into()],
+        ),
+        (
             "quorum 0",
             Box::new(|s| s.quorum = "0".into()),
-            vec!["quorum 0 must be between 1 and the number of verifiers (2)".into()],
+            vec!["quorum 0 must be a strict majority of the 2 verifiers".into()],
         ),
         (
             "quorum above the verifiers",
             Box::new(|s| s.quorum = "3".into()),
-            vec!["quorum 3 must be between 1 and the number of verifiers (2)".into()],
+            vec!["quorum 3 must be a strict majority of the 2 verifiers".into()],
         ),
         (
             "unknown verifier",

@@ -143,25 +143,49 @@ where
         })
 }
 
-/// Deploys [`JobEscrow`] from the provider's default sender: providers stake `stake_token`,
-/// need at least `min_stake` to be assigned (also the most one rejected epoch slashes), and
-/// wait `unbond_delay` seconds between `requestUnbond` and `withdrawStake`.
+/// `JobEscrow`'s constructor numbers after the stake token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EscrowParams {
+    /// Stake each live epoch reserves, and what one rejected epoch slashes (and burns).
+    pub min_stake: U256,
+    /// Seconds between `requestUnbond` and `withdrawStake`.
+    pub unbond_delay: u64,
+    /// The furthest a job's deadline may be from its creation, in seconds.
+    pub max_duration: u64,
+    /// The longest grace after the deadline a job may ask for, in seconds.
+    pub max_grace: u64,
+}
+
+/// Deploys [`JobEscrow`] from the provider's default sender: providers stake `stake_token`
+/// under `params`.
 pub async fn deploy_job_escrow<P, N>(
     provider: P,
     stake_token: Address,
-    min_stake: U256,
-    unbond_delay: u64,
+    params: EscrowParams,
 ) -> Result<JobEscrow::JobEscrowInstance<P, N>, Error>
 where
     P: Provider<N>,
     N: Network,
 {
-    JobEscrow::deploy(provider, stake_token, min_stake, unbond_delay)
-        .await
-        .map_err(|source| Error::Deploy {
-            contract: "JobEscrow",
-            source: Box::new(source),
-        })
+    let EscrowParams {
+        min_stake,
+        unbond_delay,
+        max_duration,
+        max_grace,
+    } = params;
+    JobEscrow::deploy(
+        provider,
+        stake_token,
+        min_stake,
+        unbond_delay,
+        max_duration,
+        max_grace,
+    )
+    .await
+    .map_err(|source| Error::Deploy {
+        contract: "JobEscrow",
+        source: Box::new(source),
+    })
 }
 
 #[cfg(test)]

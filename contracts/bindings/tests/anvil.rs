@@ -1,7 +1,8 @@
 //! The bindings against a real anvil (the npm-installed one): deploy, create a job, register
-//! and assign a provider with a Bid signed here, accept checkpoints with Votes signed here,
-//! withdraw, and check every balance to the unit. Also checks the Rust-side EIP-712 digests
-//! and signatures against the shared vector, which the forge suite checks on the Solidity side.
+//! and assign a provider with a Bid signed here over the job's terms, accept checkpoints with
+//! Votes signed here, settle the refund, withdraw, and check every balance to the unit. Also
+//! checks the Rust-side EIP-712 digests and signatures against the shared vector, which the
+//! forge suite checks on the Solidity side, and the Rust terms hash against `termsOf`.
 
 use alloy::network::EthereumWallet;
 use alloy::primitives::{Address, B256, Bytes, U256, address};
@@ -11,15 +12,17 @@ use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::{Eip712Domain, SolStruct, eip712_domain};
 use anyhow::{Context, Result, bail, ensure};
 use gpuchain_contracts::{
-    EIP712_NAME, EIP712_VERSION, JobEscrow, TestUSDC, Toolchain, deploy_job_escrow,
+    EIP712_NAME, EIP712_VERSION, EscrowParams, JobEscrow, TestUSDC, Toolchain, deploy_job_escrow,
     deploy_test_usdc,
 };
+use gpuchain_protocol::eip712::JobTerms;
 use serde_json::Value;
 
 alloy::sol! {
     #[derive(Debug)]
     struct Bid {
         uint256 jobId;
+        bytes32 terms;
         uint64 epoch;
         address provider;
         uint256 pricePerStep;
@@ -81,6 +84,7 @@ fn vector_bid(v: &Value) -> Result<Bid> {
     let m = field(field(v, "bid")?, "message")?;
     Ok(Bid {
         jobId: U256::from(u64_of(m, "jobId")?),
+        terms: str_of(m, "terms")?.parse()?,
         epoch: u64_of(m, "epoch")?,
         provider: str_of(m, "provider")?.parse()?,
         pricePerStep: U256::from(u64_of(m, "pricePerStep")?),
@@ -189,7 +193,13 @@ async fn job_lifecycle_on_real_anvil() -> Result<()> {
     // The escrow goes first, at nonce 0, so it lands at the vector's address; the stake
     // token's address (nonce 1) is known before it exists.
     let usdc_address = deployer.address().create(1);
-    let escrow = deploy_job_escrow(&as_deployer, usdc_address, U256::from(MIN_STAKE), 3600).await?;
+    let params = EscrowParams {
+        min_stake: U256::from(MIN_STAKE),
+        unbond_delay: 3_600,
+        max_duration: 30 * 86_400,
+        max_grace: 86_400,
+    };
+    let escrow = deploy_job_escrow(&as_deployer, usdc_address, params).await?;
     let usdc = deploy_test_usdc(&as_deployer).await?;
     assert_eq!(*escrow.address(), FIRST_DEPLOYMENT);
     assert_eq!(*usdc.address(), usdc_address);
@@ -206,6 +216,7 @@ async fn job_lifecycle_on_real_anvil() -> Result<()> {
     let onchain = escrow
         .hashBid(
             vbid.jobId,
+            vbid.terms,
             vbid.epoch,
             vbid.provider,
             vbid.pricePerStep,
@@ -279,7 +290,7 @@ async fn job_lifecycle_on_real_anvil() -> Result<()> {
                 TOTAL_STEPS,
                 INTERVAL,
                 spec_hash,
-                verifiers,
+                verifiers.clone(),
                 2,
                 now + 86_400,
                 3_600,
@@ -290,6 +301,23 @@ async fn job_lifecycle_on_real_anvil() -> Result<()> {
     .await?;
     let job_id = escrow.jobCount().call().await?;
     assert_eq!(job_id, U256::from(1));
+    // The terms the contract stored are the Rust hash of what the client asked for.
+    let terms = escrow.termsOf(job_id).call().await?;
+    assert_eq!(escrow.getJob(job_id).call().await?.terms, terms);
+    let rust_terms = JobTerms {
+        client: client.address(),
+        token: usdc_address,
+        budget: U256::from(BUDGET),
+        max_price_per_step: U256::from(10 * PRICE),
+        total_steps: TOTAL_STEPS,
+        checkpoint_interval: INTERVAL,
+        spec_hash,
+        verifiers: &verifiers,
+        quorum: 2,
+        deadline: now + 86_400,
+        grace: 3_600,
+    };
+    assert_eq!(rust_terms.hash(), terms);
 
     confirm(
         provider_usdc
@@ -306,9 +334,11 @@ async fn job_lifecycle_on_real_anvil() -> Result<()> {
     )
     .await?;
 
-    // Bid signed in Rust for epoch 1; the contract recovers the provider from it.
+    // Bid signed in Rust for epoch 1 over the job's terms; the contract recovers the
+    // provider from it.
     let bid = Bid {
         jobId: job_id,
+        terms,
         epoch: 1,
         provider: provider.address(),
         pricePerStep: U256::from(PRICE),
@@ -333,8 +363,8 @@ async fn job_lifecycle_on_real_anvil() -> Result<()> {
     assert_eq!(job.provider, provider.address());
     assert_eq!(job.lastCheckpointHash, spec_hash);
 
-    // Two checkpoints, each with two Votes signed in Rust, submitted by a third party.
-    let mut first_accept_gas = 0;
+    // Two checkpoints, each with two Votes signed in Rust (2 of 3), submitted by a third party.
+    let mut accept_gas = Vec::new();
     for step in [150, TOTAL_STEPS] {
         let hash = B256::from(U256::from(step).to_be_bytes::<32>());
         let vote = Vote {
@@ -359,18 +389,42 @@ async fn job_lifecycle_on_real_anvil() -> Result<()> {
                 .await?,
         )
         .await?;
-        if first_accept_gas == 0 {
-            first_accept_gas = receipt;
-        }
+        accept_gas.push(receipt);
     }
-    println!("acceptCheckpoint with 2 votes, first of the job: {first_accept_gas} gas");
+    let [first_accept_gas, final_accept_gas] = accept_gas[..] else {
+        bail!("two accepts, {} receipts", accept_gas.len());
+    };
+    println!(
+        "acceptCheckpoint with 2 votes: {first_accept_gas} gas the first of the job, \
+         {final_accept_gas} the final one (transaction gas, intrinsic included)"
+    );
     assert!(first_accept_gas <= 100_000, "{first_accept_gas} gas");
+    // The escrow's budget for the call that completes a job (its GasTest asserts the same).
+    assert!(final_accept_gas <= 100_000, "{final_accept_gas} gas");
 
+    // Completed: what is left waits in the job until someone settles it for the client.
+    let paid = U256::from(TOTAL_STEPS * PRICE);
+    let refund = U256::from(BUDGET) - paid;
     let job = escrow.getJob(job_id).call().await?;
     assert_eq!(job.status, 3, "Completed");
-    assert_eq!(job.remaining, U256::ZERO);
+    assert_eq!(job.remaining, refund);
+    assert_eq!(
+        escrow
+            .withdrawable(client.address(), usdc_address)
+            .call()
+            .await?,
+        U256::ZERO
+    );
+    confirm(escrow.settle(job_id).send().await?).await?;
+    assert_eq!(escrow.getJob(job_id).call().await?.remaining, U256::ZERO);
+    assert_eq!(
+        escrow
+            .withdrawable(client.address(), usdc_address)
+            .call()
+            .await?,
+        refund
+    );
 
-    let paid = U256::from(TOTAL_STEPS * PRICE);
     assert_eq!(
         escrow
             .withdrawable(provider.address(), usdc_address)

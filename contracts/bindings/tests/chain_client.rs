@@ -1,7 +1,8 @@
 //! The chain client and event follower against a real anvil (the npm-installed one) and the
-//! real contracts: a job end to end through `ChainTx`, balances to the unit and gas to the
-//! wei, the exact event sequence, a follower restarted from its cursor, the named errors
-//! (unreachable RPC, unfunded account, custom reverts), and nonce recovery.
+//! real contracts: a job end to end through `ChainTx` (bids signed over the job's terms, the
+//! refund settled), balances to the unit and gas to the wei, the exact event sequence, a
+//! reject's slash burned, a provider resigning, a follower restarted from its cursor, the
+//! named errors (unreachable RPC, unfunded account, custom reverts), and nonce recovery.
 //! Long because the tests share one anvil fixture and its helpers, kept beside them.
 
 use std::time::Duration;
@@ -15,12 +16,15 @@ use anyhow::{Context, Result, bail, ensure};
 use gpuchain_contracts::chain::{
     ChainClient, ChainConfig, ChainError, EventFollower, FollowedEvent, FollowerConfig, RetryPolicy,
 };
-use gpuchain_contracts::{Toolchain, deploy_job_escrow, deploy_test_usdc};
+use gpuchain_contracts::{EscrowParams, Toolchain, deploy_job_escrow, deploy_test_usdc};
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason};
 use gpuchain_protocol::eip712::{BidFields, VoteFields};
 use gpuchain_protocol::{Sig65, SigningKey};
 
 const MIN_STAKE: u64 = 100_000_000;
+/// The deployment's limits: a week to the deadline, a day of grace.
+const MAX_DURATION: u64 = 7 * 86_400;
+const MAX_GRACE: u64 = 86_400;
 const BUDGET: u64 = 5_000_000;
 const PRICE: u64 = 1_000;
 const MAX_PRICE: u64 = 10 * PRICE;
@@ -50,9 +54,13 @@ impl Chain {
             .wallet(EthereumWallet::from(keys[0].clone()))
             .connect_http(anvil.endpoint_url());
         let usdc = *deploy_test_usdc(&deployer).await?.address();
-        let escrow = *deploy_job_escrow(&deployer, usdc, U256::from(MIN_STAKE), 3_600)
-            .await?
-            .address();
+        let params = EscrowParams {
+            min_stake: U256::from(MIN_STAKE),
+            unbond_delay: 3_600,
+            max_duration: MAX_DURATION,
+            max_grace: MAX_GRACE,
+        };
+        let escrow = *deploy_job_escrow(&deployer, usdc, params).await?.address();
         Ok(Self {
             anvil,
             escrow,
@@ -178,8 +186,10 @@ async fn open_job(
     let id = created.job_id.context("createJob reports the job id")?;
     let registered = provider.register(U256::from(MIN_STAKE)).await?;
 
+    // The provider signs over the terms it read from the chain.
     let bid = BidFields {
         job_id: id,
+        terms: client.job(id).await?.terms,
         epoch: 1,
         provider: provider.address(),
         price_per_step: U256::from(PRICE),
@@ -301,13 +311,19 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
 
     let job = open_job(&chain, &client, &provider, 2).await?;
     assert_eq!(job.id, U256::from(1));
+    let stake = provider.stake_of(provider.address()).await?;
     assert_eq!(
-        provider.stake_of(provider.address()).await?.amount,
-        U256::from(MIN_STAKE)
+        (
+            stake.bonded,
+            stake.unbonding,
+            stake.unbond_at,
+            stake.live_epochs
+        ),
+        (U256::from(MIN_STAKE), U256::ZERO, 0, 1)
     );
-    assert_eq!(provider.stake_of(provider.address()).await?.live_epochs, 1);
     let view = client.job(job.id).await?;
     assert_eq!((view.epoch, view.provider), (1, provider.address()));
+    let terms = view.terms;
 
     // Anyone may submit a quorum: here a third account does.
     let first = relayer.submit(&accept(&relayer, job.id, 150)).await?;
@@ -325,6 +341,21 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
         client.withdrawable(provider.address(), chain.usdc).await?,
         paid
     );
+    // Completion leaves the rest in the job: the client's refund waits for `settle`.
+    assert_eq!(view.remaining, refund);
+    assert_eq!(
+        client.withdrawable(client.address(), chain.usdc).await?,
+        U256::ZERO
+    );
+    assert_eq!(provider.stake_of(provider.address()).await?.live_epochs, 0);
+    // Anyone may settle, once: here the relayer does.
+    let settled = relayer.submit(&ChainTx::Settle { job_id: job.id }).await?;
+    let err = relayer
+        .submit(&ChainTx::Settle { job_id: job.id })
+        .await
+        .expect_err("settled already");
+    assert_eq!(err.revert_name(), Some("NothingToSettle"), "{err}");
+    assert_eq!(client.job(job.id).await?.remaining, U256::ZERO);
     assert_eq!(
         client.withdrawable(client.address(), chain.usdc).await?,
         refund
@@ -364,12 +395,21 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
         provider_eth - job.provider_fees - w1.fee
     );
 
-    let seen = follow_until(&mut follower, Duration::from_secs(10), is_completed).await?;
+    let seen = follow_until(&mut follower, Duration::from_secs(10), |e| {
+        matches!(e, ChainEvent::JobSettled { .. })
+    })
+    .await?;
     let events: Vec<ChainEvent> = seen.iter().map(|e| e.event.clone()).collect();
-    assert_eq!(
-        events,
-        expected_events(&chain, client.address(), provider.address(), &job)
-    );
+    let mut expected = expected_events(&chain, client.address(), provider.address(), &job);
+    expected.push(ChainEvent::JobSettled {
+        job_id: job.id,
+        client: client.address(),
+        refund,
+    });
+    assert_eq!(events, expected);
+    // A node that only read the log signs bids over the same terms as the chain keeps.
+    assert_eq!(events[0].terms_hash(), Some(terms));
+    assert_eq!(seen[6].block_number, settled.block_number);
     assert_eq!(seen[2].block_number, first.block_number);
     assert_eq!(seen[2].tx_hash, Some(first.hash));
     assert_eq!(seen[3].block_number, last.block_number);
@@ -388,7 +428,7 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
             gpuchain_protocol::Input::Chain { block_time, .. } if block_time == e.block_timestamp
         ));
     }
-    // Withdrawals are no protocol input: nothing more arrives.
+    // Withdrawals are no protocol input, nor a failed settle: nothing more arrives.
     let batch = follower.poll().await?;
     assert!(batch.events.is_empty(), "{:?}", batch.events);
 
@@ -444,10 +484,15 @@ async fn release_reject_and_expire_reach_the_follower() -> Result<()> {
         .await?;
     assert_eq!(provider.stake_of(provider.address()).await?.live_epochs, 0);
 
-    // Epoch 2: the provider's bid names the epoch the assignment opens.
+    // Epoch 2: the provider's bid names the epoch the assignment opens, over the terms of
+    // the job as its `JobCreated` log announced them.
     let now = client.block_time().await?;
+    let created = expected_events(&chain, client.address(), provider.address(), &job)[0].clone();
+    let terms = created.terms_hash().context("a JobCreated has terms")?;
+    assert_eq!(terms, client.job(id).await?.terms);
     let bid = BidFields {
         job_id: id,
+        terms,
         epoch: 2,
         provider: provider.address(),
         price_per_step: U256::from(2 * PRICE),
@@ -462,6 +507,7 @@ async fn release_reject_and_expire_reach_the_follower() -> Result<()> {
             bid_signature: bid.sign(&client.domain(), &chain.protocol_key(2)?),
         })
         .await?;
+    assert_eq!(client.burned().await?, U256::ZERO);
     client
         .submit(&ChainTx::RejectCheckpoint {
             job_id: id,
@@ -471,10 +517,16 @@ async fn release_reject_and_expire_reach_the_follower() -> Result<()> {
             sigs: quorum(&client, id, 2, INTERVAL, false),
         })
         .await?;
+    let stake = provider.stake_of(provider.address()).await?;
     assert_eq!(
-        provider.stake_of(provider.address()).await?.amount,
-        U256::ZERO
+        (stake.bonded, stake.unbonding, stake.live_epochs),
+        (U256::ZERO, U256::ZERO, 0)
     );
+    // The slash is burned: the escrow keeps it and credits it to no one.
+    assert_eq!(client.burned().await?, U256::from(MIN_STAKE));
+    for who in [client.address(), provider.address()] {
+        assert_eq!(client.withdrawable(who, chain.usdc).await?, U256::ZERO);
+    }
 
     // Too early to expire: the contract says until when.
     let err = client
@@ -489,16 +541,26 @@ async fn release_reject_and_expire_reach_the_follower() -> Result<()> {
     chain.mine().await?;
     client.submit(&ChainTx::Expire { job_id: id }).await?;
 
-    // The whole budget comes back, and the slashed stake goes to the client too.
+    // The whole budget comes back and nothing more: the client gets nothing from the reject,
+    // and the burned stake is all the escrow still holds.
     let before = client.token_balance(client.address()).await?;
     client
         .submit(&ChainTx::Withdraw { token: chain.usdc })
         .await?;
     assert_eq!(
         client.token_balance(client.address()).await?,
-        before + U256::from(BUDGET + MIN_STAKE)
+        before + U256::from(BUDGET)
     );
-    assert_eq!(client.token_balance(chain.escrow).await?, U256::ZERO);
+    assert_eq!(
+        client.token_balance(chain.escrow).await?,
+        U256::from(MIN_STAKE)
+    );
+    assert_eq!(client.burned().await?, U256::from(MIN_STAKE));
+    let err = provider
+        .submit(&ChainTx::Withdraw { token: chain.usdc })
+        .await
+        .expect_err("the provider is owed nothing");
+    assert_eq!(err.revert_name(), Some("NothingToWithdraw"), "{err}");
 
     let seen = follow_until(&mut follower, Duration::from_secs(10), |e| {
         matches!(e, ChainEvent::JobExpired { .. })
@@ -552,6 +614,91 @@ async fn release_reject_and_expire_reach_the_follower() -> Result<()> {
         money.slashed.get(&provider_address),
         Some(&U256::from(MIN_STAKE))
     );
+    assert!(money.conserved());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_resigns_its_epoch_and_the_follower_sees_why() -> Result<()> {
+    let chain = Chain::start().await?;
+    let client = chain.client(1).await?;
+    let provider = chain.client(2).await?;
+    let cursor_dir = tempfile::tempdir()?;
+    let mut follower = EventFollower::open(&client, fast(cursor_dir.path())).await?;
+    let job = open_job(&chain, &client, &provider, 2).await?;
+    let id = job.id;
+    let unbond = |amount: u64| {
+        alloy::sol_types::SolCall::abi_encode(&gpuchain_contracts::JobEscrow::requestUnbondCall {
+            amount: U256::from(amount),
+        })
+    };
+
+    // The live epoch reserves the whole stake: none of it can unbond.
+    let err = provider
+        .transact("requestUnbond", chain.escrow, unbond(1))
+        .await
+        .expect_err("the stake is reserved");
+    assert_eq!(err.revert_name(), Some("StakeLocked"), "{err}");
+    // Only the epoch's provider may resign it.
+    let err = client
+        .submit(&ChainTx::Resign { job_id: id })
+        .await
+        .expect_err("the client is not the provider");
+    assert_eq!(err.revert_name(), Some("NotProvider"), "{err}");
+
+    let resigned = provider.submit(&ChainTx::Resign { job_id: id }).await?;
+    let view = client.job(id).await?;
+    assert_eq!((view.status, view.epoch), (1, 1), "Open, epoch 1 over");
+    assert_eq!(view.remaining, U256::from(BUDGET));
+    // No slash: the stake is all there, and free again.
+    let stake = provider.stake_of(provider.address()).await?;
+    assert_eq!(
+        (stake.bonded, stake.live_epochs),
+        (U256::from(MIN_STAKE), 0)
+    );
+    assert_eq!(client.burned().await?, U256::ZERO);
+    let err = provider
+        .submit(&ChainTx::Resign { job_id: id })
+        .await
+        .expect_err("nothing left to resign");
+    assert_eq!(err.revert_name(), Some("WrongStatus"), "{err}");
+    provider
+        .transact("requestUnbond", chain.escrow, unbond(MIN_STAKE))
+        .await?;
+    let stake = provider.stake_of(provider.address()).await?;
+    assert_eq!(
+        (stake.bonded, stake.unbonding),
+        (U256::ZERO, U256::from(MIN_STAKE))
+    );
+    assert!(stake.unbond_at > 0);
+
+    let seen = follow_until(&mut follower, Duration::from_secs(10), |e| {
+        matches!(e, ChainEvent::EpochEnded { .. })
+    })
+    .await?;
+    let all = expected_events(&chain, client.address(), provider.address(), &job);
+    assert_eq!(
+        seen.iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
+        vec![
+            all[0].clone(),
+            all[1].clone(),
+            ChainEvent::EpochEnded {
+                job_id: id,
+                epoch: 1,
+                reason: EpochEndReason::Resigned,
+            },
+        ]
+    );
+    let ended = seen.last().context("the epoch's end")?;
+    assert_eq!(ended.block_number, resigned.block_number);
+    assert_eq!(ended.tx_hash, Some(resigned.hash));
+    // Unbonding is no protocol input: nothing more arrives.
+    assert!(follower.poll().await?.events.is_empty());
+    let money = client.job_money(id, 0).await?;
+    assert_eq!(money.status_name(), "Open");
+    assert_eq!(money.paid_total(), U256::ZERO);
+    assert!(money.slashed.is_empty());
+    assert_eq!(money.remaining, U256::from(BUDGET));
     assert!(money.conserved());
     Ok(())
 }
@@ -620,6 +767,22 @@ async fn bad_create_job_sends_nothing_and_a_good_one_approves_exactly_the_budget
         ),
         (with(&|t| *terms(t).3 = 0), "quorum 0 must be"),
         (with(&|t| *terms(t).3 = 4), "quorum 4 must be"),
+        // One of three is no strict majority, nor two of four.
+        (
+            with(&|t| *terms(t).3 = 1),
+            "quorum 1 must be a strict majority",
+        ),
+        (
+            with(&|t| {
+                terms(t).2.push(Address::repeat_byte(0x44));
+                *terms(t).3 = 2;
+            }),
+            "quorum 2 must be a strict majority of the 4",
+        ),
+        (
+            with(&|t| terms(t).2.truncate(1)),
+            "at least two verifiers, 1 given",
+        ),
     ];
     for (tx, says) in cases {
         let err = client.submit(&tx).await.expect_err(says);
@@ -633,6 +796,34 @@ async fn bad_create_job_sends_nothing_and_a_good_one_approves_exactly_the_budget
                 .await?
                 .contains("twice")
         );
+    }
+
+    // Refused by the escrow's newer rules: a deadline past `maxDuration`, a grace past
+    // `maxGrace`, the client among its own verifiers. Whether the Rust checks or the
+    // simulation catch them, nothing is sent.
+    let me = client.address();
+    let chain_only: Vec<(ChainTx, &str)> = vec![
+        (
+            with(&|t| *terms(t).4 = now + MAX_DURATION + 3_600),
+            "DeadlineTooFar",
+        ),
+        (
+            with(&|t| {
+                if let ChainTx::CreateJob { grace, .. } = t {
+                    *grace = MAX_GRACE + 1;
+                }
+            }),
+            "GraceTooLong",
+        ),
+        (with(&|t| terms(t).2[2] = me), "ClientIsVerifier"),
+    ];
+    for (tx, name) in chain_only {
+        let err = client.submit(&tx).await.expect_err(name);
+        let refused_here = matches!(err, ChainError::CreateJobRefused(_));
+        let refused_there =
+            matches!(err, ChainError::Reverted { tx: None, .. }) && err.revert_name() == Some(name);
+        assert!(refused_here || refused_there, "{name}: {err:?}");
+        untouched(&chain, &client, nonce).await?;
     }
 
     // Passes the Rust checks but not the chain: a budget above the client's balance. The

@@ -1,13 +1,19 @@
 //! Differential test of the escrow model (`gpuchain_protocol::escrow`, what the simulator and
 //! the protocol tests run) against `JobEscrow` on anvil (the npm-installed binary).
 //!
-//! A seeded generator makes random call sequences — stakes, jobs with valid and broken terms,
-//! assignments with good and bad bid signatures, decisions with good, short, duplicated,
-//! unlisted, corrupted and oversized vote sets, releases, expiries and withdrawals across time
-//! jumps, calls from the wrong sender — and each call goes to the model and, as a real
+//! A seeded generator makes random call sequences — stakes bonded, partly unbonded (sometimes
+//! more than is free) and withdrawn, jobs with valid and broken terms (verifier counts and
+//! quorums that break the strict-majority rule, the client among its verifiers, deadlines and
+//! graces beyond the deployer's maxima), assignments with good and bad bid signatures (bids
+//! over other jobs' terms, providers that are the job's verifiers or already hold epochs
+//! elsewhere), decisions with good, short, duplicated, unlisted, corrupted and oversized vote
+//! sets, resignations, settlements, releases, expiries and withdrawals across time jumps,
+//! calls from the wrong sender — and each call goes to the model and, as a real
 //! transaction in its own block at the same timestamp, to the contract. Per call the two must
 //! agree on success or revert, on the revert's error and arguments, and on the events emitted;
-//! after each sequence on every token balance, credit, stake and job. Sequences start from the
+//! after each sequence on every token balance, credit, stake, job (its terms included) and the
+//! burned stake, and the escrow's balance must be what it accounts for, both as the model
+//! recomputes it and as summed from the chain's own views. Sequences start from the
 //! same chain state (an anvil snapshot), so each replays alone from its seed:
 //!
 //!     GPUCHAIN_DIFF_SEED=<seed> cargo test -p gpuchain-contracts --test escrow_model
@@ -20,6 +26,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
 use alloy::consensus::{SignableTransaction, TxEnvelope, TxLegacy};
@@ -33,10 +40,14 @@ use alloy::rpc::types::TransactionRequest;
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::{SolCall, SolEventInterface, SolInterface};
 use anyhow::{Context, Result, bail, ensure};
-use gpuchain_contracts::{JobEscrow, TestUSDC, Toolchain, deploy_job_escrow, deploy_test_usdc};
+use gpuchain_contracts::{
+    EscrowParams, JobEscrow, TestUSDC, Toolchain, deploy_job_escrow, deploy_test_usdc,
+};
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason};
-use gpuchain_protocol::eip712::{BidFields, EscrowDomain, VoteFields};
-use gpuchain_protocol::escrow::{Call, Escrow, EscrowError, Event, Job, MAX_VERIFIERS, Status};
+use gpuchain_protocol::eip712::{BidFields, EscrowDomain, JobTerms, VoteFields};
+use gpuchain_protocol::escrow::{
+    Call, Escrow, EscrowError, Event, Job, MAX_VERIFIERS, Params, Status,
+};
 use gpuchain_protocol::signing::{Scheme, Sig65, SigningKey};
 
 /// Sequences in the normal test, and calls in each.
@@ -44,6 +55,10 @@ const SEQUENCES: u64 = 200;
 const CALLS: usize = 48;
 const MIN_STAKE: u64 = 100;
 const UNBOND_DELAY: u64 = 300;
+/// The furthest ahead a deadline may be, and the longest grace (the generator draws both
+/// sometimes just past these).
+const MAX_DURATION: u64 = 1_500;
+const MAX_GRACE: u64 = 300;
 /// Actors: anvil keys 1..=9 (key 0 deploys). 0–1 clients, 2–4 providers, 5–7 verifiers,
 /// 8 an outsider with little money and a finite allowance.
 const ACTORS: usize = 9;
@@ -65,13 +80,18 @@ const EXPECTED_ERRORS: &[&str] = &[
     "InvalidVerifiers",
     "InvalidQuorum",
     "DeadlinePassed",
+    "DeadlineTooFar",
+    "GraceTooLong",
+    "ClientIsVerifier",
     "BudgetTooSmall",
     "UnknownJob",
     "NotClient",
+    "NotProvider",
     "WrongStatus",
     "WrongEpoch",
     "BidExpired",
     "PriceTooHigh",
+    "ProviderIsVerifier",
     "InsufficientStake",
     "BadSignature",
     "WrongSigner",
@@ -83,9 +103,9 @@ const EXPECTED_ERRORS: &[&str] = &[
     "StepOffInterval",
     "TooLate",
     "TooEarly",
-    "UnbondPending",
+    "StakeLocked",
     "NotUnbonding",
-    "LiveEpochs",
+    "NothingToSettle",
     "NothingToWithdraw",
     "Panic",
     "ERC20InsufficientBalance",
@@ -190,8 +210,12 @@ async fn start() -> Result<World> {
     let escrow = deploy_job_escrow(
         &deployer,
         *stake.address(),
-        U256::from(MIN_STAKE),
-        UNBOND_DELAY,
+        EscrowParams {
+            min_stake: U256::from(MIN_STAKE),
+            unbond_delay: UNBOND_DELAY,
+            max_duration: MAX_DURATION,
+            max_grace: MAX_GRACE,
+        },
     )
     .await?;
     let rpc = RootProvider::new_http(url);
@@ -210,8 +234,12 @@ async fn start() -> Result<World> {
         domain,
         Scheme::Secp256k1,
         stake_token,
-        U256::from(MIN_STAKE),
-        UNBOND_DELAY,
+        Params {
+            min_stake: U256::from(MIN_STAKE),
+            unbond_delay: UNBOND_DELAY,
+            max_duration: MAX_DURATION,
+            max_grace: MAX_GRACE,
+        },
     )?;
     genesis.add_token(other_token);
     let mut nonces = Vec::new();
@@ -384,6 +412,9 @@ impl World {
     async fn compare_books(&self, m: &Escrow, seed: u64, when: &str) -> Result<()> {
         let escrow = JobEscrow::new(self.escrow, &self.rpc);
         let mut diffs = Vec::new();
+        // What the chain's own views say the escrow accounts for, per token: credits here,
+        // stakes, burned stake and budgets below.
+        let mut accounted: BTreeMap<Address, U256> = BTreeMap::new();
         for token in [self.stake_token, self.other_token] {
             let t = TestUSDC::new(token, &self.rpc);
             for who in self.accounts() {
@@ -395,6 +426,7 @@ impl World {
                     ));
                 }
                 let chain = escrow.withdrawable(who, token).call().await?;
+                *accounted.entry(token).or_default() += chain;
                 if chain != m.withdrawable(who, token) {
                     diffs.push(format!(
                         "withdrawable of {who} in {token}: chain {chain}, model {}",
@@ -421,18 +453,34 @@ impl World {
         }
         for who in self.accounts() {
             let s = escrow.stakeOf(who).call().await?;
+            *accounted.entry(self.stake_token).or_default() += s.bonded + s.unbonding;
             let ms = m.stake_of(who);
-            if (s.amount, s.unbondAt, s.liveEpochs) != (ms.amount, ms.unbond_at, ms.live_epochs) {
+            if (s.bonded, s.unbonding, s.unbondAt, s.liveEpochs)
+                != (ms.bonded, ms.unbonding, ms.unbond_at, ms.live_epochs)
+            {
                 diffs.push(format!(
-                    "stake of {who}: chain ({}, {}, {}), model {ms:?}",
-                    s.amount, s.unbondAt, s.liveEpochs
+                    "stake of {who}: chain (bonded {}, unbonding {}, at {}, live {}), model {ms:?}",
+                    s.bonded, s.unbonding, s.unbondAt, s.liveEpochs
                 ));
             }
+            // The contract's invariant: every live epoch's reservation is bonded.
+            if s.bonded < U256::from(MIN_STAKE) * U256::from(s.liveEpochs) {
+                diffs.push(format!(
+                    "stake of {who}: {} bonded backs fewer than its {} live epochs",
+                    s.bonded, s.liveEpochs
+                ));
+            }
+        }
+        let burned = escrow.burned().call().await?;
+        *accounted.entry(self.stake_token).or_default() += burned;
+        if burned != m.burned() {
+            diffs.push(format!("burned: chain {burned}, model {}", m.burned()));
         }
         let count = escrow.jobCount().call().await?;
         if count != U256::from(m.job_count()) {
             diffs.push(format!("job count: chain {count}, model {}", m.job_count()));
         }
+        let mut assigned = 0u64;
         for (i, job) in m.jobs().iter().enumerate() {
             let id = U256::from(i as u64 + 1);
             let v = escrow.getJob(id).call().await?;
@@ -455,9 +503,44 @@ impl World {
                 last_checkpoint_hash: v.lastCheckpointHash,
                 spec_hash: v.specHash,
                 verifiers: v.verifiers,
+                terms: v.terms,
             };
+            if chain.status.holds_budget() {
+                *accounted.entry(chain.token).or_default() += chain.remaining;
+            }
+            assigned += u64::from(chain.status == Status::Assigned);
             if &chain != job {
                 diffs.push(format!("job {id}: chain {chain:?}\n  model {job:?}"));
+            }
+            let terms = escrow.termsOf(id).call().await?;
+            // What a node that only read the `JobCreated` log would sign a bid over.
+            let from_event = m.created_event(id).and_then(|e| e.terms_hash());
+            if terms != job.terms || from_event != Some(job.terms) {
+                diffs.push(format!(
+                    "terms of job {id}: termsOf {terms}, model {}, from the event {from_event:?}",
+                    job.terms
+                ));
+            }
+        }
+        let live: u64 = m.stakes().map(|(_, s)| u64::from(s.live_epochs)).sum();
+        if live != assigned {
+            diffs.push(format!(
+                "{live} live epochs across providers, {assigned} assigned jobs"
+            ));
+        }
+        // Conservation to the unit, from the chain's views alone: the escrow holds exactly
+        // what it accounts for (stakes, burned stake, credits, unsettled budgets).
+        for token in [self.stake_token, self.other_token] {
+            let held = TestUSDC::new(token, &self.rpc)
+                .balanceOf(self.escrow)
+                .call()
+                .await?;
+            let owed = accounted.get(&token).copied().unwrap_or_default();
+            if held != owed || held != m.owed_recomputed(token) {
+                diffs.push(format!(
+                    "escrow holds {held} of {token}: the chain's views account for {owed}, the model {}",
+                    m.owed_recomputed(token)
+                ));
             }
         }
         ensure!(
@@ -486,7 +569,9 @@ fn calldata(call: &Call) -> Vec<u8> {
     };
     match call {
         Call::Register { amount } => JobEscrow::registerCall { amount: *amount }.abi_encode(),
-        Call::RequestUnbond => JobEscrow::requestUnbondCall {}.abi_encode(),
+        Call::RequestUnbond { amount } => {
+            JobEscrow::requestUnbondCall { amount: *amount }.abi_encode()
+        }
         Call::WithdrawStake => JobEscrow::withdrawStakeCall {}.abi_encode(),
         Call::Tx(tx) => match tx {
             ChainTx::CreateJob {
@@ -559,6 +644,8 @@ fn calldata(call: &Call) -> Vec<u8> {
             }
             .abi_encode(),
             ChainTx::Expire { job_id } => JobEscrow::expireCall { jobId: *job_id }.abi_encode(),
+            ChainTx::Resign { job_id } => JobEscrow::resignCall { jobId: *job_id }.abi_encode(),
+            ChainTx::Settle { job_id } => JobEscrow::settleCall { jobId: *job_id }.abi_encode(),
             ChainTx::Withdraw { token } => JobEscrow::withdrawCall { token: *token }.abi_encode(),
         },
     }
@@ -619,10 +706,15 @@ fn event_of(log: &alloy::primitives::Log) -> Result<Event> {
             job_id: e.jobId,
             refund: e.refund,
         }),
+        E::JobSettled(e) => Event::Job(ChainEvent::JobSettled {
+            job_id: e.jobId,
+            client: e.client,
+            refund: e.refund,
+        }),
         E::Staked(e) => Event::Staked {
             provider: e.provider,
             amount: e.amount,
-            total: e.total,
+            total: e.totalBonded,
         },
         E::UnbondRequested(e) => Event::UnbondRequested {
             provider: e.provider,
@@ -637,7 +729,6 @@ fn event_of(log: &alloy::primitives::Log) -> Result<Event> {
             provider: e.provider,
             job_id: e.jobId,
             amount: e.amount,
-            beneficiary: e.beneficiary,
         },
         E::Withdrawn(e) => Event::Withdrawn {
             account: e.account,
@@ -687,6 +778,15 @@ fn error_of(data: &[u8]) -> Result<EscrowError> {
         E::InvalidVerifiers(_) => M::InvalidVerifiers,
         E::InvalidQuorum(_) => M::InvalidQuorum,
         E::DeadlinePassed(_) => M::DeadlinePassed,
+        E::DeadlineTooFar(e) => M::DeadlineTooFar {
+            deadline: e.deadline,
+            latest: e.latest,
+        },
+        E::GraceTooLong(e) => M::GraceTooLong {
+            grace: e.grace,
+            max_grace: e.maxGrace,
+        },
+        E::ClientIsVerifier(_) => M::ClientIsVerifier,
         E::BudgetTooSmall(e) => M::BudgetTooSmall {
             budget: e.budget,
             needed: e.needed,
@@ -697,6 +797,7 @@ fn error_of(data: &[u8]) -> Result<EscrowError> {
         },
         E::UnknownJob(e) => M::UnknownJob(e.jobId),
         E::NotClient(_) => M::NotClient,
+        E::NotProvider(_) => M::NotProvider,
         E::WrongStatus(e) => M::WrongStatus(Status::from_code(e.status).context("status")?),
         E::WrongEpoch(e) => M::WrongEpoch {
             given: e.given,
@@ -707,8 +808,9 @@ fn error_of(data: &[u8]) -> Result<EscrowError> {
             price: e.price,
             max_price: e.maxPrice,
         },
+        E::ProviderIsVerifier(e) => M::ProviderIsVerifier(e.provider),
         E::InsufficientStake(e) => M::InsufficientStake {
-            stake: e.stake,
+            bonded: e.bonded,
             needed: e.needed,
         },
         E::BadSignature(e) => M::BadSignature { index: e.index },
@@ -732,9 +834,12 @@ fn error_of(data: &[u8]) -> Result<EscrowError> {
         E::TooEarly(e) => M::TooEarly {
             allowed_at: e.allowedAt,
         },
-        E::UnbondPending(_) => M::UnbondPending,
+        E::StakeLocked(e) => M::StakeLocked {
+            free: e.free,
+            requested: e.requested,
+        },
         E::NotUnbonding(_) => M::NotUnbonding,
-        E::LiveEpochs(e) => M::LiveEpochs(e.count),
+        E::NothingToSettle(_) => M::NothingToSettle,
         E::NothingToWithdraw(_) => M::NothingToWithdraw,
         other => bail!("an escrow error the model does not know: {other:?}"),
     })
@@ -742,23 +847,61 @@ fn error_of(data: &[u8]) -> Result<EscrowError> {
 
 // ------------------------------------------------------------ generator
 
-/// One generated call: who sends it, after how many seconds, and what.
+/// Situations a call is built to set up, counted with its outcome like a call name is, so the
+/// run can require each to have been reached ([`EXPECTED_SITUATIONS`]).
+const WRONG_TERMS: &str = "bid over other terms";
+const VERIFIER_AS_PROVIDER: &str = "a verifier as provider";
+const HOLDS_ANOTHER: &str = "provider holding another epoch";
+const SAME_PROVIDER_AGAIN: &str = "its provider re-assigned";
+const CLIENT_VERIFIES: &str = "client among verifiers";
+const PARTIAL_UNBOND: &str = "partial unbond";
+const UNBOND_ABOVE_FREE: &str = "unbond above free";
+const REGISTER_UNBONDING: &str = "register while unbonding";
+const RESIGN_BY_PROVIDER: &str = "resign by its provider";
+const RESIGN_BY_OTHER: &str = "resign by another";
+const SETTLE_COMPLETED: &str = "settle completed";
+const SETTLE_EARLY: &str = "settle before completion";
+const SETTLE_AGAIN: &str = "settle a settled job";
+
+/// Each (situation, outcome) the normal run must reach at least once.
+const EXPECTED_SITUATIONS: &[(&str, &str)] = &[
+    (WRONG_TERMS, "WrongSigner"),
+    (VERIFIER_AS_PROVIDER, "ProviderIsVerifier"),
+    (HOLDS_ANOTHER, "ok"),
+    (HOLDS_ANOTHER, "InsufficientStake"),
+    (SAME_PROVIDER_AGAIN, "ok"),
+    (CLIENT_VERIFIES, "ClientIsVerifier"),
+    (PARTIAL_UNBOND, "ok"),
+    (UNBOND_ABOVE_FREE, "StakeLocked"),
+    (REGISTER_UNBONDING, "ok"),
+    (RESIGN_BY_PROVIDER, "ok"),
+    (RESIGN_BY_OTHER, "NotProvider"),
+    (SETTLE_COMPLETED, "ok"),
+    (SETTLE_EARLY, "WrongStatus"),
+    (SETTLE_AGAIN, "NothingToSettle"),
+];
+
+/// One generated call: who sends it, after how many seconds, what, and the situation it
+/// sets up if it is one of those counted.
 struct Planned {
     actor: usize,
     advance: u64,
     call: Call,
+    label: Option<&'static str>,
 }
 
 /// Makes calls two ways, mixed: "directed" ones push the sequence forward (stake the
-/// providers, open jobs, assign them, decide their checkpoints, mostly validly), so the deep
-/// branches are reached at all; random ones pick any call, any sender, any job, with broken
-/// arguments often. Every call, directed or not, may be broken: [`Generator::bad`].
+/// providers, open jobs, assign them, decide their checkpoints, settle them, mostly validly),
+/// so the deep branches are reached at all; random ones pick any call, any sender, any job,
+/// with broken arguments often. Every call, directed or not, may be broken: [`Generator::bad`].
 struct Generator<'a> {
     rng: Rng,
     keys: &'a [SigningKey],
     stake_token: Address,
     other_token: Address,
     directed: bool,
+    /// The situation the call being built sets up, if any.
+    label: Option<&'static str>,
 }
 
 impl Generator<'_> {
@@ -837,6 +980,7 @@ impl Generator<'_> {
     }
 
     fn next(&mut self, m: &Escrow, now: u64) -> Planned {
+        self.label = None;
         self.directed = self.rng.chance(55);
         if self.directed
             && let Some(p) = self.directed_call(m, now)
@@ -844,6 +988,7 @@ impl Generator<'_> {
             return p;
         }
         self.directed = false;
+        self.label = None;
         self.random_call(m, now)
     }
 
@@ -856,24 +1001,38 @@ impl Generator<'_> {
         };
         let open = jobs(&|j| j.status == Status::Open && j.deadline > at);
         let assigned = jobs(&|j| j.status == Status::Assigned && at <= j.deadline + j.grace);
+        let reassignable = jobs(&|j| j.status == Status::Assigned && j.deadline > at);
+        let settleable = jobs(&|j| j.status == Status::Completed && !j.remaining.is_zero());
         let live = jobs(&|j| j.status.is_live() && j.deadline > at);
+        // Providers that could not back one more epoch.
         let unstaked: Vec<usize> = PROVIDERS
             .iter()
             .copied()
             .filter(|p| {
-                let st = m.stake_of(self.addr(*p));
-                st.amount < U256::from(MIN_STAKE) && st.unbond_at == 0
+                m.stake_of(self.addr(*p)).free(U256::from(MIN_STAKE)) < U256::from(MIN_STAKE)
             })
             .collect();
         let r = self.rng.below(100);
-        let (actor, call) = if !unstaked.is_empty() && r < 25 {
+        let (actor, call) = if !unstaked.is_empty() && r < 20 {
             let actor = self.rng.pick(&unstaked);
             self.register(m, actor)
-        } else if !assigned.is_empty() && r < 70 {
+        } else if !assigned.is_empty() && r < 62 {
             let i = self.rng.pick(&assigned);
             let (id, job) = Self::job_at(m, i);
             let accept = self.rng.chance(80);
             self.decide(m, id, job, accept)
+        } else if !settleable.is_empty() && r < 70 {
+            let i = self.rng.pick(&settleable);
+            let (id, job) = Self::job_at(m, i);
+            self.settle_job(id, job)
+        } else if !assigned.is_empty() && r < 73 {
+            let i = self.rng.pick(&assigned);
+            let (id, job) = Self::job_at(m, i);
+            self.resign_job(id, job)
+        } else if !reassignable.is_empty() && r < 76 {
+            let i = self.rng.pick(&reassignable);
+            let (id, job) = Self::job_at(m, i);
+            self.assign(m, at, id, job)
         } else if !open.is_empty() && r < 92 {
             let i = self.rng.pick(&open);
             let (id, job) = Self::job_at(m, i);
@@ -887,6 +1046,7 @@ impl Generator<'_> {
             actor,
             advance: 1,
             call,
+            label: self.label,
         })
     }
 
@@ -899,11 +1059,11 @@ impl Generator<'_> {
         let kind = self.rng.below(100);
         let (actor, call) = match kind {
             0..=9 => self.create_job(now + advance),
-            10..=19 => {
+            10..=17 => {
                 let actor = self.provider_mostly();
                 self.register(m, actor)
             }
-            20..=34 => {
+            18..=32 => {
                 let (id, job) = self.job(m, Some(Status::Open));
                 if let Some(j) = &job
                     && self.rng.chance(10)
@@ -912,22 +1072,35 @@ impl Generator<'_> {
                 }
                 self.assign(m, now + advance, id, job)
             }
-            35..=52 => {
+            33..=50 => {
                 let (id, job) = self.job(m, Some(Status::Assigned));
                 if let Some(j) = &job
                     && self.rng.chance(8)
                 {
                     advance = self.towards(now, j.deadline + j.grace + 1);
                 }
-                let accept = kind < 45;
+                let accept = kind < 43;
                 self.decide(m, id, job, accept)
             }
-            53..=57 => {
+            51..=54 => {
                 let (id, job) = self.job(m, Some(Status::Assigned));
                 let actor = self.client_or_other(&job);
                 (actor, ChainTx::ReleaseProvider { job_id: id }.into())
             }
-            58..=66 => {
+            55..=60 => {
+                let (id, job) = self.job(m, Some(Status::Assigned));
+                self.resign_job(id, job)
+            }
+            61..=66 => {
+                // Mostly completed jobs, settled or not; sometimes live ones.
+                let (id, job) = if self.rng.chance(70) {
+                    self.job(m, Some(Status::Completed))
+                } else {
+                    self.job(m, None)
+                };
+                self.settle_job(id, job)
+            }
+            67..=74 => {
                 let (id, job) = self.job(m, None);
                 if let Some(j) = &job
                     && self.rng.chance(60)
@@ -936,7 +1109,7 @@ impl Generator<'_> {
                 }
                 (self.actor(), ChainTx::Expire { job_id: id }.into())
             }
-            67..=79 => {
+            75..=84 => {
                 let token = match self.rng.below(20) {
                     0..=15 => self.stake_token,
                     16..=18 => self.other_token,
@@ -944,11 +1117,14 @@ impl Generator<'_> {
                 };
                 (self.actor(), ChainTx::Withdraw { token }.into())
             }
-            80..=88 => (self.provider_mostly(), Call::RequestUnbond),
+            85..=92 => {
+                let actor = self.provider_mostly();
+                self.request_unbond(m, actor)
+            }
             _ => {
                 let actor = self.provider_mostly();
                 let st = m.stake_of(self.addr(actor));
-                if st.unbond_at != 0 && self.rng.chance(60) {
+                if !st.unbonding.is_zero() && self.rng.chance(60) {
                     advance = self.towards(now, st.unbond_at);
                 }
                 (actor, Call::WithdrawStake)
@@ -958,23 +1134,85 @@ impl Generator<'_> {
             actor,
             advance,
             call,
+            label: self.label,
         }
     }
 
     fn register(&mut self, m: &Escrow, actor: usize) -> (usize, Call) {
-        let staked = !m.stake_of(self.addr(actor)).amount.is_zero();
+        let st = m.stake_of(self.addr(actor));
+        let staked = !st.bonded.is_zero();
         let mut amount = U256::from(self.rng.range(MIN_STAKE, 3 * MIN_STAKE));
         if self.bad(30) {
             amount = match self.rng.below(6) {
                 0 => U256::ZERO,
-                // Overflows the uint256 sum (a Panic) once something is staked.
+                // Overflows the uint256 sum (a Panic) once something is bonded.
                 1 if staked => U256::MAX,
                 2 => U256::from(u128::MAX),
                 3 => U256::from(RICH * 10),
                 _ => U256::from(self.rng.range(1, MIN_STAKE - 1)),
             };
         }
+        if !st.unbonding.is_zero() {
+            self.label = Some(REGISTER_UNBONDING);
+        }
         (actor, Call::Register { amount })
+    }
+
+    /// All of the free stake, part of it, more than it, or nothing.
+    fn request_unbond(&mut self, m: &Escrow, actor: usize) -> (usize, Call) {
+        let st = m.stake_of(self.addr(actor));
+        let free = st.free(U256::from(MIN_STAKE));
+        // Stakes are sums of a few registrations: far below u64::MAX.
+        let free_u = u64::try_from(free).unwrap_or(u64::MAX / 2);
+        let amount = match self.rng.below(10) {
+            0..=3 if free_u > 1 => U256::from(self.rng.range(1, free_u - 1)),
+            4 | 5 if free_u > 0 => free,
+            6 | 7 => free + U256::from(self.rng.range(1, MIN_STAKE)),
+            8 if self.bad(50) => U256::ZERO,
+            _ => U256::from(self.rng.range(1, 2 * MIN_STAKE)),
+        };
+        if amount > free {
+            self.label = Some(UNBOND_ABOVE_FREE);
+        } else if !amount.is_zero() && amount < free {
+            self.label = Some(PARTIAL_UNBOND);
+        }
+        (actor, Call::RequestUnbond { amount })
+    }
+
+    /// `resign`, mostly by the job's provider, sometimes by anyone else.
+    fn resign_job(&mut self, job_id: JobIdx, job: Option<Job>) -> (usize, Call) {
+        let provider = job.as_ref().and_then(|j| self.actor_of(j.provider));
+        let actor = match provider {
+            Some(p) if !self.bad(30) => p,
+            _ => self.actor(),
+        };
+        if let Some(j) = &job
+            && j.status == Status::Assigned
+        {
+            self.label = Some(if Some(actor) == provider {
+                RESIGN_BY_PROVIDER
+            } else {
+                RESIGN_BY_OTHER
+            });
+        }
+        (actor, ChainTx::Resign { job_id }.into())
+    }
+
+    /// `settle`, by anyone.
+    fn settle_job(&mut self, job_id: JobIdx, job: Option<Job>) -> (usize, Call) {
+        if let Some(j) = &job {
+            self.label = match j.status {
+                Status::Completed if j.remaining.is_zero() => Some(SETTLE_AGAIN),
+                Status::Completed => Some(SETTLE_COMPLETED),
+                s if s.is_live() => Some(SETTLE_EARLY),
+                _ => None,
+            };
+        }
+        let actor = match job.as_ref().and_then(|j| self.actor_of(j.client)) {
+            Some(c) if self.rng.chance(50) => c,
+            _ => self.actor(),
+        };
+        (actor, ChainTx::Settle { job_id }.into())
     }
 
     fn create_job(&mut self, at: u64) -> (usize, Call) {
@@ -996,68 +1234,109 @@ impl Generator<'_> {
         } else {
             self.other_token
         };
-        let n = self.rng.range(1, 3) as usize;
-        let mut pool: Vec<Address> = VERIFIERS.iter().map(|v| self.addr(*v)).collect();
-        self.rng.shuffle(&mut pool);
-        let mut verifiers: Vec<Address> = pool[..n].to_vec();
-        if self.rng.chance(10) {
-            // Someone who can sign but is also a party, or someone who never signs.
-            let extra = if self.rng.chance(50) {
-                let a = self.actor();
-                self.addr(a)
-            } else {
-                Address::repeat_byte(0x42)
-            };
+        // 2..=4 verifiers: the verifier actors in random order, and for a fourth one that
+        // never signs.
+        let n = self.rng.range(2, 4) as usize;
+        let mut verifiers: Vec<Address> = VERIFIERS.iter().map(|v| self.addr(*v)).collect();
+        self.rng.shuffle(&mut verifiers);
+        verifiers.truncate(n.min(VERIFIERS.len()));
+        if n > VERIFIERS.len() {
+            let at = self.rng.below(verifiers.len() as u64 + 1) as usize;
+            verifiers.insert(at, Address::repeat_byte(0x42));
+        }
+        if self.rng.chance(15) {
+            // Someone who can sign but is also a party: a provider (refused at assign), a
+            // client of other jobs, or this job's client (refused here).
+            let a = self.actor();
+            let extra = self.addr(a);
             if !verifiers.contains(&extra) {
-                verifiers.push(extra);
+                let at = self.rng.below(verifiers.len() as u64 + 1) as usize;
+                verifiers.insert(at, extra);
             }
         }
-        let mut quorum = (verifiers.len() / 2 + 1) as u8;
-        if self.rng.chance(25) {
-            quorum = self.rng.range(1, verifiers.len() as u64) as u8;
-        }
-        let mut deadline = at + self.rng.range(200, 1500);
-        let grace = self.rng.range(0, 300);
+        let mut deadline = if self.rng.chance(5) {
+            at + MAX_DURATION
+        } else {
+            at + self.rng.range(200, MAX_DURATION)
+        };
+        let mut grace = if self.rng.chance(5) {
+            MAX_GRACE
+        } else {
+            self.rng.range(0, MAX_GRACE)
+        };
         let mut sender = actor;
-        if self.bad(40) {
-            match self.rng.below(18) {
-                0 => budget = U256::ZERO,
-                1 => max_price = U256::ZERO,
-                2 => budget = U256::from(u128::MAX) + U256::from(1),
-                3 => max_price = U256::from(u128::MAX) + U256::from(1),
-                4 => total_steps = 0,
-                5 => interval = 0,
-                6 => interval = total_steps + 1,
-                7 => verifiers.clear(),
-                8 => {
-                    verifiers = (0..=MAX_VERIFIERS as u8)
-                        .map(|i| Address::repeat_byte(i + 1))
-                        .collect()
-                }
-                9 => verifiers.push(verifiers[0]),
-                10 => verifiers.push(Address::ZERO),
-                11 => quorum = 0,
-                12 => quorum = verifiers.len() as u8 + 1,
-                13 => deadline = at.saturating_sub(self.rng.below(2)),
-                14 => budget = max_price * U256::from(total_steps) - U256::from(1),
-                15 => {
-                    // More than the sender has, but within every bound.
-                    budget = U256::from(RICH * 10);
-                    max_price = U256::from(1);
-                }
-                16 => {
-                    sender = OUTSIDER;
-                    budget = U256::from(self.rng.range(OUTSIDER_ALLOWANCE + 1, 2 * OUTSIDER_FUNDS));
-                    max_price = U256::from(1);
-                }
-                _ => {
-                    token = match self.rng.below(3) {
-                        0 => Address::ZERO,
-                        1 => Address::repeat_byte(0x99),
-                        _ => self.addr(OUTSIDER),
-                    }
+        let broken = if self.bad(40) {
+            Some(self.rng.below(22))
+        } else {
+            None
+        };
+        // What breaks the verifier list first: the quorum is drawn for the list as it ends.
+        match broken {
+            Some(7) => verifiers.truncate(self.rng.below(2) as usize),
+            Some(8) => {
+                verifiers = (0..=MAX_VERIFIERS as u8)
+                    .map(|i| Address::repeat_byte(i + 1))
+                    .collect()
+            }
+            Some(9) => verifiers.push(verifiers[0]),
+            Some(10) => {
+                let at = self.rng.below(verifiers.len() as u64 + 1) as usize;
+                verifiers.insert(at, Address::ZERO);
+            }
+            Some(20) => {
+                let client = self.addr(sender);
+                if !verifiers.contains(&client) {
+                    let at = self.rng.below(verifiers.len() as u64 + 1) as usize;
+                    verifiers.insert(at, client);
                 }
             }
+            _ => {}
+        }
+        let len = verifiers.len() as u64;
+        // A strict majority, mostly the smallest one (so the verifier actors can reach it).
+        let smallest = len / 2 + 1;
+        let mut quorum = if self.rng.chance(75) {
+            smallest
+        } else {
+            self.rng.range(smallest, len.max(smallest))
+        } as u8;
+        match broken {
+            Some(0) => budget = U256::ZERO,
+            Some(1) => max_price = U256::ZERO,
+            Some(2) => budget = U256::from(u128::MAX) + U256::from(1),
+            Some(3) => max_price = U256::from(u128::MAX) + U256::from(1),
+            Some(4) => total_steps = 0,
+            Some(5) => interval = 0,
+            Some(6) => interval = total_steps + 1,
+            Some(11) => quorum = 0,
+            Some(12) => quorum = len as u8 + 1,
+            Some(13) => deadline = at.saturating_sub(self.rng.below(2)),
+            Some(14) => budget = max_price * U256::from(total_steps) - U256::from(1),
+            Some(15) => {
+                // More than the sender has, but within every bound.
+                budget = U256::from(RICH * 10);
+                max_price = U256::from(1);
+            }
+            Some(16) => {
+                sender = OUTSIDER;
+                budget = U256::from(self.rng.range(OUTSIDER_ALLOWANCE + 1, 2 * OUTSIDER_FUNDS));
+                max_price = U256::from(1);
+            }
+            // Half or less: no majority (two verifiers and one vote among them).
+            Some(17) => quorum = self.rng.range(1, len / 2) as u8,
+            Some(18) => deadline = at + MAX_DURATION + self.rng.range(1, 100),
+            Some(19) => grace = MAX_GRACE + self.rng.range(1, 100),
+            Some(21) => {
+                token = match self.rng.below(3) {
+                    0 => Address::ZERO,
+                    1 => Address::repeat_byte(0x99),
+                    _ => self.addr(OUTSIDER),
+                }
+            }
+            _ => {}
+        }
+        if verifiers.contains(&self.addr(sender)) {
+            self.label = Some(CLIENT_VERIFIES);
         }
         let tx = ChainTx::CreateJob {
             token,
@@ -1076,21 +1355,52 @@ impl Generator<'_> {
 
     fn assign(&mut self, m: &Escrow, at: u64, job_id: JobIdx, job: Option<Job>) -> (usize, Call) {
         let sender = self.client_or_other(&job);
-        // A bonded provider that can take the job, unless this call is to be broken.
+        let min = U256::from(MIN_STAKE);
+        // The epoch the assignment would end, if its provider is the one asked for again.
+        let current = job
+            .as_ref()
+            .filter(|j| j.status == Status::Assigned)
+            .map(|j| j.provider);
+        let listed: Vec<Address> = job.as_ref().map_or(Vec::new(), |j| j.verifiers.clone());
+        // Epochs `p` would hold elsewhere once this job's is ended.
+        let elsewhere = |p: Address| {
+            let live = m.stake_of(p).live_epochs;
+            live - u32::from(current == Some(p) && live > 0)
+        };
+        // Bonded providers that can take the job, unless this call is to be broken.
         let ready: Vec<usize> = PROVIDERS
             .iter()
             .copied()
             .filter(|p| {
-                let st = m.stake_of(self.addr(*p));
-                st.amount >= U256::from(MIN_STAKE) && st.unbond_at == 0
+                let a = self.addr(*p);
+                !listed.contains(&a) && m.stake_of(a).bonded >= min * U256::from(elsewhere(a) + 1)
             })
             .collect();
-        let provider_actor = if !ready.is_empty() && !self.bad(30) {
+        let listed_actors: Vec<usize> = (0..ACTORS)
+            .filter(|a| listed.contains(&self.addr(*a)))
+            .collect();
+        let again = current.and_then(|p| self.actor_of(p));
+        let provider_actor = if !listed_actors.is_empty() && self.bad(8) {
+            self.rng.pick(&listed_actors)
+        } else if let Some(p) = again
+            && self.rng.chance(40)
+        {
+            p
+        } else if !ready.is_empty() && !self.bad(30) {
             self.rng.pick(&ready)
+        } else if self.rng.chance(50) {
+            self.rng.pick(&PROVIDERS)
         } else {
             self.actor()
         };
         let provider = self.addr(provider_actor);
+        if listed.contains(&provider) {
+            self.label = Some(VERIFIER_AS_PROVIDER);
+        } else if elsewhere(provider) > 0 {
+            self.label = Some(HOLDS_ANOTHER);
+        } else if current == Some(provider) {
+            self.label = Some(SAME_PROVIDER_AGAIN);
+        }
         let max = job
             .as_ref()
             .map_or(U256::from(50), |j| j.max_price_per_step);
@@ -1110,6 +1420,8 @@ impl Generator<'_> {
         };
         let mut fields = BidFields {
             job_id,
+            // What the provider read of the job; nothing for a job that does not exist.
+            terms: m.terms_of(job_id).unwrap_or_default(),
             epoch: job.as_ref().map_or(1, |j| j.epoch + 1),
             provider,
             price_per_step: price,
@@ -1121,6 +1433,11 @@ impl Generator<'_> {
                 0 => fields.epoch = fields.epoch.saturating_sub(1),
                 1 => fields.price_per_step += U256::from(1),
                 _ => signer = self.actor(),
+            }
+        } else if self.bad(6) {
+            fields.terms = self.other_terms(m, job_id, job.as_ref());
+            if self.label.is_none() {
+                self.label = Some(WRONG_TERMS);
             }
         }
         let mut sig = fields.sign(&m.domain, &self.keys[signer]);
@@ -1135,6 +1452,45 @@ impl Generator<'_> {
             bid_signature: sig,
         };
         (sender, tx.into())
+    }
+
+    /// Terms a provider might have been shown instead of this job's: another job's, this
+    /// job's with one field changed, or nothing like them.
+    fn other_terms(&mut self, m: &Escrow, job_id: JobIdx, job: Option<&Job>) -> B256 {
+        let others: Vec<B256> = m
+            .jobs()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| U256::from(*i as u64 + 1) != job_id)
+            .map(|(_, j)| j.terms)
+            .collect();
+        match (self.rng.below(3), job) {
+            (0, _) if !others.is_empty() => self.rng.pick(&others),
+            (1, Some(j)) => {
+                let mut verifiers = j.verifiers.clone();
+                let grace = if self.rng.chance(50) {
+                    verifiers.reverse();
+                    j.grace
+                } else {
+                    j.grace + 1
+                };
+                JobTerms {
+                    client: j.client,
+                    token: j.token,
+                    budget: j.deposit,
+                    max_price_per_step: j.max_price_per_step,
+                    total_steps: j.total_steps,
+                    checkpoint_interval: j.checkpoint_interval,
+                    spec_hash: j.spec_hash,
+                    verifiers: &verifiers,
+                    quorum: j.quorum,
+                    deadline: j.deadline,
+                    grace,
+                }
+                .hash()
+            }
+            _ => self.rng.hash(),
+        }
     }
 
     /// Breaks a signature the way ecrecover refuses: a bad v, the high-s twin, or garbage.
@@ -1277,7 +1633,7 @@ type JobIdx = U256;
 
 // ---------------------------------------------------------------- runner
 
-/// Outcomes per call kind: "ok" or the revert's error name.
+/// Outcomes per call kind and per situation set up: "ok" or the revert's error name.
 type Coverage = BTreeMap<(&'static str, &'static str), u64>;
 
 async fn run_sequence(w: &mut World, seed: u64, cov: &mut Coverage) -> Result<()> {
@@ -1289,13 +1645,27 @@ async fn run_sequence(w: &mut World, seed: u64, cov: &mut Coverage) -> Result<()
         stake_token: w.stake_token,
         other_token: w.other_token,
         directed: false,
+        label: None,
     };
     let mut now = w.snapshot_time;
     for index in 0..CALLS {
-        let p = generator.next(&model, now);
+        // A panic in the generator or the model is a failure of this seed too.
+        let p = catch_unwind(AssertUnwindSafe(|| generator.next(&model, now))).map_err(|_| {
+            anyhow::anyhow!(
+                "seed {seed}, call {index}: the generator panicked\n{}",
+                replay_hint(seed)
+            )
+        })?;
         now += p.advance;
         let sender = w.address(p.actor);
-        let expected = model.apply(&p.call, sender, now);
+        let expected = catch_unwind(AssertUnwindSafe(|| model.apply(&p.call, sender, now)))
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "seed {seed}, call {index}: the model panicked on {:?}\n{}",
+                    p.call,
+                    replay_hint(seed)
+                )
+            })?;
         let got = w.execute(p.actor, &p.call, now).await.with_context(|| {
             format!(
                 "seed {seed}, call {index}: {:?}\n{}",
@@ -1308,6 +1678,9 @@ async fn run_sequence(w: &mut World, seed: u64, cov: &mut Coverage) -> Result<()
             Err(e) => e.name(),
         };
         *cov.entry((p.call.name(), outcome)).or_default() += 1;
+        if let Some(label) = p.label {
+            *cov.entry((label, outcome)).or_default() += 1;
+        }
         ensure!(
             got == expected,
             "seed {seed}, call {index} at t={now} from actor {} ({sender}): {:?}\n  contract: {got:?}\n  model:    {expected:?}\n{}",
@@ -1315,6 +1688,16 @@ async fn run_sequence(w: &mut World, seed: u64, cov: &mut Coverage) -> Result<()
             p.call,
             replay_hint(seed)
         );
+        // The model conserves funds after every call (the chain is checked per sequence).
+        for token in [w.stake_token, w.other_token] {
+            let held = model.balance_of(token, w.escrow);
+            ensure!(
+                held == model.owed_recomputed(token),
+                "seed {seed}, call {index}: the model holds {held} of {token} but accounts for {}\n{}",
+                model.owed_recomputed(token),
+                replay_hint(seed)
+            );
+        }
     }
     w.compare_books(&model, seed, &format!("after {CALLS} calls"))
         .await
@@ -1330,7 +1713,7 @@ async fn run_many(seeds: impl Iterator<Item = u64>) -> Result<Coverage> {
         w.restore().await?;
         n += 1;
     }
-    let calls: u64 = cov.values().sum();
+    let calls = n * CALLS;
     eprintln!(
         "{n} sequences, {calls} calls, model and contract agree ({:.1} s)",
         started.elapsed().as_secs_f64()
@@ -1343,7 +1726,7 @@ async fn run_many(seeds: impl Iterator<Item = u64>) -> Result<Coverage> {
             .push(format!("{outcome} {count}"));
     }
     for (call, outcomes) in by_call {
-        eprintln!("  {call:<17} {}", outcomes.join(", "));
+        eprintln!("  {call:<32} {}", outcomes.join(", "));
     }
     Ok(cov)
 }
@@ -1370,6 +1753,11 @@ async fn random_call_sequences_agree_with_the_contract() -> Result<()> {
         .filter(|e| !seen.contains(*e))
         .collect();
     ensure!(missing.is_empty(), "reverts never reached: {missing:?}");
+    let missing: Vec<_> = EXPECTED_SITUATIONS
+        .iter()
+        .filter(|k| !cov.contains_key(*k))
+        .collect();
+    ensure!(missing.is_empty(), "situations never reached: {missing:?}");
     for call in [
         "createJob",
         "register",
@@ -1378,6 +1766,8 @@ async fn random_call_sequences_agree_with_the_contract() -> Result<()> {
         "acceptCheckpoint",
         "rejectCheckpoint",
         "expire",
+        "resign",
+        "settle",
         "withdraw",
         "requestUnbond",
         "withdrawStake",

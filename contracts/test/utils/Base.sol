@@ -25,6 +25,8 @@ interface Vm {
     function parseJsonBool(string calldata json, string calldata key) external pure returns (bool);
     function parseJsonString(string calldata json, string calldata key) external pure returns (string memory);
     function snapshotGasLastCall(string calldata name) external returns (uint256 gasUsed);
+    function snapshotState() external returns (uint256 snapshotId);
+    function revertToState(uint256 snapshotId) external returns (bool success);
 }
 
 abstract contract Base {

@@ -12,6 +12,8 @@ abstract contract EscrowFixture is Base {
     uint64 internal constant UNBOND_DELAY = 7 days;
     uint64 internal constant DEADLINE_IN = 1 days;
     uint64 internal constant GRACE = 1 hours;
+    uint64 internal constant MAX_DURATION = 30 days;
+    uint64 internal constant MAX_GRACE = 1 days;
 
     uint256 internal constant CLIENT_PK = 0xC11E47;
     uint256 internal constant PROVIDER_PK = 0xA1;
@@ -34,7 +36,7 @@ abstract contract EscrowFixture is Base {
     function setUp() public virtual {
         vm.warp(1_800_000_000);
         usdc = new TestUSDC();
-        escrow = new JobEscrow(IERC20(address(usdc)), MIN_STAKE, UNBOND_DELAY);
+        escrow = _deploy();
         client = vm.addr(CLIENT_PK);
         provider = vm.addr(PROVIDER_PK);
         provider2 = vm.addr(PROVIDER2_PK);
@@ -45,6 +47,10 @@ abstract contract EscrowFixture is Base {
         _fund(client, 1_000_000e6);
         _fund(provider, 1_000e6);
         _fund(provider2, 1_000e6);
+    }
+
+    function _deploy() internal returns (JobEscrow) {
+        return new JobEscrow(IERC20(address(usdc)), MIN_STAKE, UNBOND_DELAY, MAX_DURATION, MAX_GRACE);
     }
 
     function _fund(address who, uint256 amount) internal {
@@ -89,12 +95,47 @@ abstract contract EscrowFixture is Base {
         escrow.register(amount);
     }
 
+    /// @dev A bid over the job's stored terms, as an honest provider signs after reading the job.
     function _bidSig(uint256 pk, uint256 jobId, uint64 epoch, uint256 price, uint64 expiry)
         internal
         view
         returns (bytes memory)
     {
-        return signDigest(pk, escrow.hashBid(jobId, epoch, vm.addr(pk), price, expiry));
+        return _bidSigOver(pk, jobId, escrow.termsOf(jobId), epoch, price, expiry);
+    }
+
+    function _bidSigOver(uint256 pk, uint256 jobId, bytes32 terms, uint64 epoch, uint256 price, uint64 expiry)
+        internal
+        view
+        returns (bytes memory)
+    {
+        return signDigest(pk, escrow.hashBid(jobId, terms, epoch, vm.addr(pk), price, expiry));
+    }
+
+    /// @dev The terms hash computed here from the creation arguments, independently of the escrow.
+    function _expectedTerms(
+        address client_,
+        address token,
+        uint256 budget,
+        uint256 maxPrice,
+        uint64 totalSteps,
+        uint64 interval,
+        bytes32 specHash,
+        address[] memory vs,
+        uint8 quorum,
+        uint64 deadline,
+        uint64 grace
+    ) internal pure returns (bytes32) {
+        bytes memory packed;
+        for (uint256 i; i < vs.length; ++i) {
+            packed = bytes.concat(packed, bytes32(uint256(uint160(vs[i]))));
+        }
+        return keccak256(
+            bytes.concat(
+                abi.encode(client_, token, budget, maxPrice, totalSteps, interval),
+                abi.encode(specHash, keccak256(packed), quorum, deadline, grace)
+            )
+        );
     }
 
     function _currentEpoch(uint256 jobId) internal view returns (uint64) {

@@ -141,6 +141,17 @@ pub enum NodeEvent {
         job_id: String,
         refund: String,
     },
+    /// `settle` credited a completed job's unspent budget to its client.
+    ChainSettled {
+        block: u64,
+        job_id: String,
+        refund: String,
+    },
+    /// The provider will not bid on a job: its terms break `rule` (a `VetRule` name).
+    BidRefused {
+        job_id: String,
+        rule: String,
+    },
     ChainPollFailed {
         error: String,
     },
@@ -345,6 +356,7 @@ impl NodeEvent {
             | Fenced { .. }
             | TxFailed { .. }
             | UnknownJob { .. }
+            | BidRefused { .. }
             | BlobFetchFailed { .. }
             | QualityError { .. }
             | SpotCheckError { .. } => Level::Warn,
@@ -369,6 +381,8 @@ impl NodeEvent {
             | ChainRejected { job_id, .. }
             | ChainCompleted { job_id, .. }
             | ChainExpired { job_id, .. }
+            | ChainSettled { job_id, .. }
+            | BidRefused { job_id, .. }
             | OfferPublished { job_id, .. }
             | BidPublished { job_id, .. }
             | ProviderSelected { job_id, .. }

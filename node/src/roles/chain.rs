@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
 use gpuchain_contracts::chain::{
-    ChainClient, CreateJobTerms, EventFollower, FollowedEvent, FollowerConfig, check_create_job,
+    ChainClient, ChainError, CreateJobTerms, EventFollower, FollowedEvent, FollowerConfig,
+    check_create_job,
 };
 use gpuchain_protocol::client::JobParams;
 use gpuchain_protocol::{Address, ChainTx, Input, JobSpec, TxId};
@@ -94,6 +95,9 @@ pub async fn prepare_job(ctx: &Ctx, req: &SubmitRequest) -> Result<(JobSpec, Job
         deadline,
         // the deadline is relative: only "0 seconds" can fail here, and it says so
         now: if req.deadline_secs == 0 { 0 } else { now },
+        grace: req.grace_secs,
+        client: Some(ctx.chain.address()),
+        limits: Some(ctx.chain.escrow_limits().await?),
         decimals,
     })?;
     if !req.allow_unknown_verifiers {
@@ -293,6 +297,47 @@ pub async fn follow(
                 },
                 "cannot save the chain cursor; events may be re-read after a restart",
             );
+        }
+    }
+}
+
+/// How often a provider re-reads its stake: staking and unbonding are not job events, and a
+/// stake registered after the node started must not leave its offers refused for long.
+const STAKE_POLL: Duration = Duration::from_secs(2);
+
+/// Tells the provider machine its bonded stake whenever the chain's figure changes.
+pub async fn watch_stake(
+    chain: ChainClient,
+    me: Address,
+    events: mpsc::Sender<RoleEvent>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut last = None;
+    loop {
+        let read =
+            async { Ok::<_, ChainError>((chain.stake_of(me).await?, chain.min_stake().await?)) };
+        match read.await {
+            Ok((stake, min_stake)) if last != Some((stake.bonded, min_stake)) => {
+                last = Some((stake.bonded, min_stake));
+                let input = Input::StakeChanged {
+                    bonded: stake.bonded,
+                    min_stake,
+                };
+                if events.send(RoleEvent::Input(input)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => emit(
+                NodeEvent::ChainPollFailed {
+                    error: e.to_string(),
+                },
+                "cannot read this provider's stake; retrying",
+            ),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(STAKE_POLL) => {}
+            _ = shutdown.changed() => return,
         }
     }
 }

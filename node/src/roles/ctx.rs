@@ -3,7 +3,7 @@
 //! that the runners (chain, training, verification) and the runtime that spawns them depend
 //! on it instead of on each other.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +45,10 @@ pub enum RoleEvent {
         job_id: JobId,
         reply: oneshot::Sender<Option<JobStatus>>,
     },
+    /// The provider machine's refused bids by rule; `None` on a node without the role.
+    BidRefusals {
+        reply: oneshot::Sender<Option<BTreeMap<String, u64>>>,
+    },
 }
 
 /// `POST /v1/jobs`: a job file on this machine plus the escrow terms.
@@ -81,6 +85,8 @@ pub struct RolesConfig {
     pub heartbeat_period: Duration,
     pub detector_timeout: Duration,
     pub price_per_step: U256,
+    /// What the provider requires of a job before it bids.
+    pub vetting: gpuchain_protocol::provider::Vetting,
     pub fault: Option<Fault>,
     pub verifier_seed: u64,
 }

@@ -39,6 +39,10 @@ impl RolesHandle {
             .await?
     }
 
+    pub async fn bid_refusals(&self) -> Result<Option<std::collections::BTreeMap<String, u64>>> {
+        self.ask(|reply| RoleEvent::BidRefusals { reply }).await
+    }
+
     pub async fn job_status(&self, job_id: JobId) -> Result<Option<JobStatus>> {
         self.ask(|reply| RoleEvent::JobStatus { job_id, reply })
             .await

@@ -85,6 +85,7 @@ impl RoleRuntime {
                 let mut pc =
                     ProviderConfig::new(domain, crate::hardware::local(), config.price_per_step);
                 pc.heartbeat_period = config.heartbeat_period;
+                pc.vetting = config.vetting.clone();
                 pc
             }),
             verifier: has(Role::Verifier)
@@ -238,6 +239,14 @@ impl RoleRuntime {
             } => self.create_job(*spec, params, reply),
             RoleEvent::JobStatus { job_id, reply } => {
                 let _ = reply.send(self.machines.client().and_then(|c| c.job_status(job_id)));
+            }
+            RoleEvent::BidRefusals { reply } => {
+                let _ = reply.send(self.machines.provider().map(|p| {
+                    p.refusals()
+                        .iter()
+                        .map(|(rule, n)| (rule.name().to_string(), *n))
+                        .collect()
+                }));
             }
         }
     }

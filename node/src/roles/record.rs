@@ -149,6 +149,13 @@ pub fn notice(n: &Notice) {
             },
             "assigned to a job whose spec this node never saw",
         ),
+        Notice::BidRefused { job_id, rule } => crate::events::emit(
+            NodeEvent::BidRefused {
+                job_id: job_id.to_string(),
+                rule: rule.name().to_string(),
+            },
+            "not bidding: the job's terms break a rule of this provider",
+        ),
     }
 }
 
@@ -250,6 +257,14 @@ pub fn chain_event(e: &ChainEvent, block: u64) {
                 refund: refund.to_string(),
             },
             "job expired",
+        ),
+        ChainEvent::JobSettled { job_id, refund, .. } => crate::events::emit(
+            NodeEvent::ChainSettled {
+                block,
+                job_id: job_id.to_string(),
+                refund: refund.to_string(),
+            },
+            "job settled",
         ),
     }
 }

@@ -3,7 +3,7 @@
 
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
 use gpuchain_protocol::eip712::EscrowDomain;
-use gpuchain_protocol::escrow::{Call, Escrow};
+use gpuchain_protocol::escrow::{Call, Escrow, Params};
 use gpuchain_protocol::messages::state_root;
 use gpuchain_protocol::signing::{Scheme, Sig65, SigningKey};
 use gpuchain_protocol::spec::JobSpec;
@@ -65,14 +65,14 @@ pub fn keys() -> Keys {
 /// The escrow model deployed at [`domain`]: the client funded for the demo job, providers
 /// A, P and B each bonded `MIN_STAKE` (so each can be assigned and slashed once).
 pub fn escrow(k: &Keys) -> Escrow {
-    let mut e = Escrow::new(
-        domain(),
-        Scheme::Secp256k1,
-        TOKEN,
-        U256::from(MIN_STAKE),
-        86_400,
-    )
-    .expect("a token and a minimum stake");
+    let params = Params {
+        min_stake: U256::from(MIN_STAKE),
+        unbond_delay: 86_400,
+        max_duration: 30 * 86_400,
+        max_grace: 86_400,
+    };
+    let mut e = Escrow::new(domain(), Scheme::Secp256k1, TOKEN, params)
+        .expect("a token and a minimum stake");
     for key in [&k.client, &k.a, &k.p, &k.b] {
         e.mint(TOKEN, key.address(), U256::from(5_000_000u64));
         e.approve(TOKEN, key.address(), domain().escrow, U256::MAX);
@@ -110,6 +110,13 @@ pub fn job_created(k: &Keys) -> ChainEvent {
         deadline: BLOCK_TIME + 3600,
         grace: 600,
     }
+}
+
+/// The terms hash of [`job_created`]: what every bid on the job is signed over.
+pub fn terms() -> Hash {
+    job_created(&keys())
+        .terms_hash()
+        .expect("a JobCreated has terms")
 }
 
 pub fn chain(event: ChainEvent) -> Input {
@@ -185,6 +192,7 @@ pub fn bid(key: &SigningKey, epoch: u64, price: u64, memory_gib: u64) -> Message
     Message::Bid(
         Bid {
             job_id: job(),
+            terms: terms(),
             epoch,
             provider: Address::ZERO,
             price_per_step: U256::from(price),

@@ -26,7 +26,7 @@ use gpuchain_protocol::types::JobId;
 use tokio::sync::Mutex;
 
 use super::create_job::{
-    CreateJobTerms, TEST_USDC_DECIMALS, check_create_job, decode_revert_in_tokens,
+    CreateJobTerms, EscrowLimits, TEST_USDC_DECIMALS, check_create_job, decode_revert_in_tokens,
 };
 use super::error::ChainError;
 use super::revert::{RevertReason, decode_revert};
@@ -67,8 +67,11 @@ impl ChainConfig {
 /// A provider's stake as the escrow records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StakeInfo {
-    pub amount: U256,
-    /// 0 while bonded; otherwise when the stake can be withdrawn.
+    /// Backs live epochs (the escrow's minimum stake each); the rest may unbond.
+    pub bonded: U256,
+    /// Requested out: no longer slashable, withdrawable from `unbond_at` on.
+    pub unbonding: U256,
+    /// 0 when nothing is unbonding; otherwise when `unbonding` can be withdrawn.
     pub unbond_at: u64,
     /// Epochs the provider holds right now, across jobs.
     pub live_epochs: u32,
@@ -229,6 +232,14 @@ fn encode(tx: &ChainTx) -> (&'static str, Vec<u8>) {
             "expire",
             JobEscrow::expireCall { jobId: *job_id }.abi_encode(),
         ),
+        ChainTx::Resign { job_id } => (
+            "resign",
+            JobEscrow::resignCall { jobId: *job_id }.abi_encode(),
+        ),
+        ChainTx::Settle { job_id } => (
+            "settle",
+            JobEscrow::settleCall { jobId: *job_id }.abi_encode(),
+        ),
         ChainTx::Withdraw { token } => (
             "withdraw",
             JobEscrow::withdrawCall { token: *token }.abi_encode(),
@@ -376,6 +387,21 @@ impl ChainClient {
         let mut outcome = self.transact("register", self.inner.escrow, data).await?;
         outcome.fee += approve_fee;
         Ok(outcome)
+    }
+
+    /// Starts the unbonding delay for `amount` of the caller's free stake (what no live epoch
+    /// reserves); it is withdrawable with [`ChainClient::withdraw_stake`] after the delay.
+    pub async fn request_unbond(&self, amount: U256) -> Result<TxOutcome, ChainError> {
+        let data = JobEscrow::requestUnbondCall { amount }.abi_encode();
+        self.transact("requestUnbond", self.inner.escrow, data)
+            .await
+    }
+
+    /// Pays out the caller's unbonding stake once its delay has passed.
+    pub async fn withdraw_stake(&self) -> Result<TxOutcome, ChainError> {
+        let data = JobEscrow::withdrawStakeCall {}.abi_encode();
+        self.transact("withdrawStake", self.inner.escrow, data)
+            .await
     }
 
     /// Mints `amount` of the configured token to `to`: only test USDC allows this.
@@ -584,6 +610,29 @@ impl ChainClient {
             .await
     }
 
+    /// How far ahead a job's deadline and how long its grace may be (`maxDuration`,
+    /// `maxGrace`).
+    pub async fn escrow_limits(&self) -> Result<EscrowLimits, ChainError> {
+        let rpc = &self.inner.rpc;
+        let escrow = self.inner.escrow;
+        Ok(EscrowLimits {
+            max_duration: rpc
+                .view("maxDuration", escrow, JobEscrow::maxDurationCall {})
+                .await?,
+            max_grace: rpc
+                .view("maxGrace", escrow, JobEscrow::maxGraceCall {})
+                .await?,
+        })
+    }
+
+    /// The stake each live epoch reserves (`minStake`), also what one reject slashes.
+    pub async fn min_stake(&self) -> Result<U256, ChainError> {
+        self.inner
+            .rpc
+            .view("minStake", self.inner.escrow, JobEscrow::minStakeCall {})
+            .await
+    }
+
     /// What `account` can `withdraw` in `token`.
     pub async fn withdrawable(&self, account: Address, token: Address) -> Result<U256, ChainError> {
         self.inner
@@ -607,10 +656,19 @@ impl ChainClient {
             )
             .await?;
         Ok(StakeInfo {
-            amount: r.amount,
+            bonded: r.bonded,
+            unbonding: r.unbonding,
             unbond_at: r.unbondAt,
             live_epochs: r.liveEpochs,
         })
+    }
+
+    /// Slashed stake the escrow has burned so far (`burned`): held by it, owed to nobody.
+    pub async fn burned(&self) -> Result<U256, ChainError> {
+        self.inner
+            .rpc
+            .view("burned", self.inner.escrow, JobEscrow::burnedCall {})
+            .await
     }
 
     /// `account`'s balance of the configured token.
@@ -705,6 +763,7 @@ impl ChainClient {
             verifiers,
             quorum,
             deadline,
+            grace,
             ..
         } = tx
         else {
@@ -712,6 +771,7 @@ impl ChainClient {
         };
         let decimals = self.token_decimals(*token).await;
         let now = self.block_time().await?;
+        let limits = self.escrow_limits().await?;
         check_create_job(&CreateJobTerms {
             token: Some(*token),
             budget: *budget,
@@ -722,6 +782,9 @@ impl ChainClient {
             quorum: *quorum,
             deadline: *deadline,
             now,
+            grace: *grace,
+            client: Some(self.inner.address),
+            limits: Some(limits),
             decimals,
         })?;
 

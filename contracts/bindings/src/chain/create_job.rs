@@ -125,8 +125,21 @@ pub struct CreateJobTerms {
     /// The chain's latest block time. Before the chain is asked, pass 0 and the deadline
     /// in seconds from now: the check is then "the deadline is not 0".
     pub now: u64,
+    /// Seconds after the deadline until the job can be expired.
+    pub grace: u64,
+    /// The creating account, when known: it may not be one of its verifiers.
+    pub client: Option<Address>,
+    /// The escrow's bounds on deadline and grace, when read from the chain.
+    pub limits: Option<EscrowLimits>,
     /// The payment token's decimals, for the messages.
     pub decimals: u8,
+}
+
+/// `JobEscrow.maxDuration` and `maxGrace`: how far ahead a deadline and how long a grace may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EscrowLimits {
+    pub max_duration: u64,
+    pub max_grace: u64,
 }
 
 /// One reason `createJob` would revert, naming the value at fault.
@@ -150,8 +163,10 @@ pub enum CreateJobProblem {
     ZeroInterval,
     #[error("the checkpoint interval {interval} is longer than the job's {total_steps} steps")]
     IntervalAboveSteps { interval: u64, total_steps: u64 },
-    #[error("a job needs at least one verifier: pass --verifiers ADDR[,ADDR…]")]
-    NoVerifiers,
+    #[error(
+        "a job needs at least two verifiers, {count} given: pass --verifiers ADDR,ADDR[,ADDR…]"
+    )]
+    TooFewVerifiers { count: usize },
     #[error("{count} verifiers listed; the escrow allows at most {max}")]
     TooManyVerifiers { count: usize, max: usize },
     #[error("verifier #{position} is the zero address")]
@@ -162,12 +177,23 @@ pub enum CreateJobProblem {
         first: usize,
         second: usize,
     },
-    #[error("quorum {quorum} must be between 1 and the number of verifiers ({verifiers})")]
+    #[error(
+        "quorum {quorum} must be a strict majority of the {verifiers} verifiers \
+         (more than half, at most all of them)"
+    )]
     InvalidQuorum { quorum: u8, verifiers: usize },
     #[error("the deadline is 0 seconds from now; give --deadline SECS > 0")]
     ZeroDeadline,
     #[error("the deadline {deadline} is not after the chain's time {now}")]
     DeadlinePassed { deadline: u64, now: u64 },
+    #[error(
+        "the deadline is {secs} s from now; the escrow allows at most {max} s: lower --deadline"
+    )]
+    DeadlineTooFar { secs: u64, max: u64 },
+    #[error("the grace {grace} s is longer than the escrow's {max} s: lower --grace")]
+    GraceTooLong { grace: u64, max: u64 },
+    #[error("the client {0} is listed as one of its own verifiers; verifiers must be independent")]
+    ClientIsVerifier(Address),
     #[error(
         "the budget {budget} is less than the maximum price {max_price} × {total_steps} steps \
          = {needed}; raise --budget to at least {needed} or lower --max-price",
@@ -219,8 +245,10 @@ pub fn check_create_job(t: &CreateJobTerms) -> Result<(), CreateJobProblem> {
             total_steps: t.total_steps,
         });
     }
-    if t.verifiers.is_empty() {
-        return Err(CreateJobProblem::NoVerifiers);
+    if t.verifiers.len() < 2 {
+        return Err(CreateJobProblem::TooFewVerifiers {
+            count: t.verifiers.len(),
+        });
     }
     if t.verifiers.len() > MAX_VERIFIERS {
         return Err(CreateJobProblem::TooManyVerifiers {
@@ -239,8 +267,11 @@ pub fn check_create_job(t: &CreateJobTerms) -> Result<(), CreateJobProblem> {
                 second: i + 1,
             });
         }
+        if t.client == Some(*v) {
+            return Err(CreateJobProblem::ClientIsVerifier(*v));
+        }
     }
-    if t.quorum == 0 || usize::from(t.quorum) > t.verifiers.len() {
+    if usize::from(t.quorum) * 2 <= t.verifiers.len() || usize::from(t.quorum) > t.verifiers.len() {
         return Err(CreateJobProblem::InvalidQuorum {
             quorum: t.quorum,
             verifiers: t.verifiers.len(),
@@ -255,6 +286,22 @@ pub fn check_create_job(t: &CreateJobTerms) -> Result<(), CreateJobProblem> {
                 now: t.now,
             }
         });
+    }
+    if let Some(l) = t.limits {
+        let secs = t.deadline.saturating_sub(t.now);
+        // Without the chain's time (now = 0) the deadline's distance is unknown.
+        if t.now != 0 && secs > l.max_duration {
+            return Err(CreateJobProblem::DeadlineTooFar {
+                secs,
+                max: l.max_duration,
+            });
+        }
+        if t.grace > l.max_grace {
+            return Err(CreateJobProblem::GraceTooLong {
+                grace: t.grace,
+                max: l.max_grace,
+            });
+        }
     }
     // ≤ u128 × u64: cannot overflow U256
     let needed = t.max_price_per_step * U256::from(t.total_steps);
@@ -299,8 +346,8 @@ pub fn decode_revert_in_tokens(data: &[u8], decimals: u8) -> RevertReason {
             E::InsufficientStake(e) => custom(
                 "InsufficientStake",
                 format!(
-                    "InsufficientStake: staked {}, {} needed",
-                    tk(e.stake),
+                    "InsufficientStake: bonded {}, {} needed (the minimum stake for each live epoch)",
+                    tk(e.bonded),
                     tk(e.needed)
                 ),
             ),
@@ -362,6 +409,12 @@ mod tests {
             quorum: 2,
             deadline: 2_000,
             now: 1_000,
+            grace: 60,
+            client: Some(a(0xc)),
+            limits: Some(EscrowLimits {
+                max_duration: 1_000,
+                max_grace: 60,
+            }),
             decimals: 6,
         }
     }
@@ -416,7 +469,7 @@ mod tests {
         assert!(m.contains("verifier #2 is the zero address"), "{m}");
 
         let m = problem(|t| t.quorum = 0);
-        assert!(m.contains("quorum 0") && m.contains("(2)"), "{m}");
+        assert!(m.contains("quorum 0") && m.contains("2 verifiers"), "{m}");
         let m = problem(|t| t.quorum = 3);
         assert!(m.contains("quorum 3"), "{m}");
 
@@ -443,8 +496,22 @@ mod tests {
         assert!(m.contains("interval is 0"), "{m}");
         let m = problem(|t| t.checkpoint_interval = 41);
         assert!(m.contains("41") && m.contains("40 steps"), "{m}");
-        let m = problem(|t| t.verifiers.clear());
-        assert!(m.contains("at least one verifier"), "{m}");
+        let m = problem(|t| t.deadline = 2_001);
+        assert!(
+            m.contains("1001 s from now") && m.contains("at most 1000 s"),
+            "{m}"
+        );
+        let m = problem(|t| t.grace = 61);
+        assert!(m.contains("grace 61 s") && m.contains("--grace"), "{m}");
+        let m = problem(|t| t.verifiers[1] = a(0xc));
+        assert!(m.contains("its own verifiers"), "{m}");
+        let m = problem(|t| t.verifiers = vec![a(1)]);
+        assert!(m.contains("at least two verifiers, 1 given"), "{m}");
+        let m = problem(|t| {
+            t.verifiers = vec![a(1), a(2), a(3), a(4)];
+            t.quorum = 2;
+        });
+        assert!(m.contains("strict majority of the 4"), "{m}");
         let m = problem(|t| t.verifiers = (1..=33).map(a).collect());
         assert!(m.contains("33 verifiers"), "{m}");
     }

@@ -170,6 +170,11 @@ pub fn decode_event(log: &alloy::primitives::Log) -> Option<ChainEvent> {
             job_id: e.jobId,
             refund: e.refund,
         },
+        JobEscrowEvents::JobSettled(e) => ChainEvent::JobSettled {
+            job_id: e.jobId,
+            client: e.client,
+            refund: e.refund,
+        },
         _ => return None,
     })
 }
@@ -531,7 +536,7 @@ mod tests {
         let staked = JobEscrow::Staked {
             provider: Address::repeat_byte(1),
             amount: U256::from(5),
-            total: U256::from(5),
+            totalBonded: U256::from(5),
         };
         let log = PrimLog {
             address: Address::ZERO,

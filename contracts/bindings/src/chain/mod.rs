@@ -74,8 +74,8 @@ mod summary;
 
 pub use client::{ChainClient, ChainConfig, PendingTx, StakeInfo, TxOutcome};
 pub use create_job::{
-    AmountError, CreateJobProblem, CreateJobTerms, MAX_VERIFIERS, TEST_USDC_DECIMALS, Tokens,
-    check_create_job, decode_revert_in_tokens, format_tokens, parse_tokens,
+    AmountError, CreateJobProblem, CreateJobTerms, EscrowLimits, MAX_VERIFIERS, TEST_USDC_DECIMALS,
+    Tokens, check_create_job, decode_revert_in_tokens, format_tokens, parse_tokens,
 };
 pub use error::ChainError;
 pub use follower::{Batch, EventFollower, FollowedEvent, FollowerConfig, decode_event};

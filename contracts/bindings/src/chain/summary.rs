@@ -1,6 +1,6 @@
 //! Where one job's money went, summed from the escrow's own events: what each provider was
-//! credited for accepted checkpoints, what stake was slashed to the client, what was refunded
-//! to the client at completion or expiry, and what the job still holds. `gpuchain job status`,
+//! credited for accepted checkpoints, what stake was slashed (and burned), what was refunded
+//! to the client when the job was settled or expired, and what the job still holds. `gpuchain job status`,
 //! the demo and the dashboard all read it from here.
 //!
 //! `JobEscrow` charges no verifier fees (see its contract docs), so there is no fee figure;
@@ -35,10 +35,10 @@ pub struct JobMoney {
     pub deposit: U256,
     /// Each provider's credit for its accepted checkpoints (`CheckpointAccepted.amount`).
     pub paid: BTreeMap<Address, U256>,
-    /// Stake slashed per provider for rejected checkpoints, credited to the client in the
-    /// escrow's stake token (`CheckpointRejected.slashed`).
+    /// Stake slashed per provider for rejected checkpoints (`CheckpointRejected.slashed`):
+    /// burned by the escrow, paid to nobody.
     pub slashed: BTreeMap<Address, U256>,
-    /// Unspent budget credited back to the client (`JobCompleted` / `JobExpired` refund).
+    /// Unspent budget credited back to the client (`JobSettled` / `JobExpired` refund).
     pub refunded: U256,
     /// What the job still holds: deposit − paid − refunded.
     pub remaining: U256,
@@ -115,7 +115,10 @@ fn apply(m: &mut JobMoney, ev: &ChainEvent) {
         ChainEvent::EpochEnded {
             job_id: id, reason, ..
         } if *id == job_id => {
-            if matches!(reason, EpochEndReason::Released | EpochEndReason::Rejected) {
+            if matches!(
+                reason,
+                EpochEndReason::Released | EpochEndReason::Rejected | EpochEndReason::Resigned
+            ) {
                 m.status = 1;
             }
         }
@@ -136,10 +139,13 @@ fn apply(m: &mut JobMoney, ev: &ChainEvent) {
         } if *id == job_id => {
             *m.slashed.entry(*provider).or_default() += *slashed;
         }
-        ChainEvent::JobCompleted { job_id: id, refund } if *id == job_id => {
+        // Completion leaves what is left in the job until `settle` credits it.
+        ChainEvent::JobCompleted { job_id: id, .. } if *id == job_id => m.status = 3,
+        ChainEvent::JobSettled {
+            job_id: id, refund, ..
+        } if *id == job_id => {
             m.refunded += *refund;
             m.remaining = m.remaining.saturating_sub(*refund);
-            m.status = 3;
         }
         ChainEvent::JobExpired { job_id: id, refund } if *id == job_id => {
             m.refunded += *refund;
@@ -166,8 +172,8 @@ mod tests {
             total_steps: 40,
             checkpoint_interval: 10,
             spec_hash: B256::ZERO,
-            verifiers: vec![Address::repeat_byte(1)],
-            quorum: 1,
+            verifiers: vec![Address::repeat_byte(1), Address::repeat_byte(2)],
+            quorum: 2,
             deadline: 10,
             grace: 1,
         }
@@ -219,8 +225,26 @@ mod tests {
                 refund: U256::from(960_000u64),
             },
         ];
+        // Completed but not settled: the refund is still the job's.
         let m =
             summarize(id, events.iter().enumerate().map(|(i, e)| (i as u64, e))).expect("created");
+        assert_eq!(m.refunded, U256::ZERO);
+        assert_eq!(m.remaining, U256::from(960_000u64));
+        assert!(m.conserved());
+        let settled = ChainEvent::JobSettled {
+            job_id: id,
+            client: Address::repeat_byte(0xc),
+            refund: U256::from(960_000u64),
+        };
+        let m = summarize(
+            id,
+            events
+                .iter()
+                .chain([&settled])
+                .enumerate()
+                .map(|(i, e)| (i as u64, e)),
+        )
+        .expect("created");
         assert_eq!(m.deposit, U256::from(1_000_000u64));
         assert_eq!(m.paid_to(Address::repeat_byte(0xa)), U256::from(10_000u64));
         assert_eq!(m.paid_to(Address::repeat_byte(0xd)), U256::from(30_000u64));
