@@ -42,6 +42,18 @@ pub enum Fault {
     Nan,
     /// Train on the batches of another seed's data order.
     WrongOrder,
+    /// A byzantine verifier: vote reject on every checkpoint, whatever its quality test says.
+    RejectAll,
+}
+
+impl Fault {
+    /// The role a fault cheats in.
+    pub fn role(self) -> Role {
+        match self {
+            Fault::Junk | Fault::Stale | Fault::Nan | Fault::WrongOrder => Role::Provider,
+            Fault::RejectAll => Role::Verifier,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

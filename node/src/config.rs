@@ -213,8 +213,14 @@ impl NodeConfig {
             None => DEFAULT_DETECTOR_TIMEOUT,
         };
         let fault = args.fault.or(file.fault);
-        if fault.is_some() && !roles.contains(&Role::Provider) {
-            bail!("--fault makes a provider cheat; it needs --role provider");
+        if let Some(f) = fault
+            && !roles.contains(&f.role())
+        {
+            let role = match f.role() {
+                Role::Verifier => "verifier",
+                _ => "provider",
+            };
+            bail!("--fault {f:?} makes a {role} cheat; it needs --role {role}");
         }
         Ok(Self {
             escrow_domain,
@@ -381,6 +387,10 @@ mod tests {
         a.fault = Some(Fault::Junk);
         let e = NodeConfig::from_args(&a).expect_err("fault without provider");
         assert!(e.to_string().contains("--role provider"), "{e}");
+        let mut a = args();
+        a.fault = Some(Fault::RejectAll);
+        let e = NodeConfig::from_args(&a).expect_err("verifier fault without the role");
+        assert!(e.to_string().contains("--role verifier"), "{e}");
 
         let mut a = args();
         a.price_per_step = Some("1e-3".into());

@@ -103,9 +103,14 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                     NodeEvent::FaultEnabled {
                         fault: format!("{:?}", fault),
                     },
-                    &format!(
-                        "TESTING: this provider will cheat ({fault:?}) and should be refused and slashed"
-                    ),
+                    &match fault.role() {
+                        crate::cli::Role::Verifier => format!(
+                            "TESTING: this verifier will vote reject on everything ({fault:?}); a quorum must outvote it"
+                        ),
+                        _ => format!(
+                            "TESTING: this provider will cheat ({fault:?}) and should be refused and slashed"
+                        ),
+                    },
                 );
             }
             let (inbound_tx, inbound_rx) = mpsc::channel(INBOUND_QUEUE);

@@ -65,7 +65,8 @@ pub struct NodeSection {
     pub role: String,
     /// Provider: price per step in tokens (e.g. "0.002").
     pub price: Option<String>,
-    /// Provider: cheat kind (junk, stale, nan, wrong-order).
+    /// Provider: cheat kind (junk, stale, nan, wrong-order); verifier: reject-all (votes
+    /// reject on everything).
     pub fault: Option<String>,
     /// Provider: tokens staked before the job (default 100).
     #[serde(default = "default_stake")]
@@ -104,6 +105,8 @@ pub struct FaultSection {
 
 const ROLES: [&str; 3] = ["client", "provider", "verifier"];
 const CHEATS: [&str; 4] = ["junk", "stale", "nan", "wrong-order"];
+/// A verifier's cheats (`gpuchain node --fault`).
+const VERIFIER_CHEATS: [&str; 1] = ["reject-all"];
 
 impl Scenario {
     /// Reads and checks a scenario; every error names the file and the field.
@@ -136,15 +139,18 @@ impl Scenario {
                 n.role
             );
             if n.role != "provider" {
-                ensure!(
-                    n.price.is_none() && n.fault.is_none(),
-                    "node[{i}]: price and fault are for providers only"
-                );
+                ensure!(n.price.is_none(), "node[{i}]: price is for providers only");
             }
             if let Some(f) = &n.fault {
+                let cheats: &[&str] = match n.role.as_str() {
+                    "provider" => &CHEATS,
+                    "verifier" => &VERIFIER_CHEATS,
+                    _ => &[],
+                };
                 ensure!(
-                    CHEATS.contains(&f.as_str()),
-                    "node[{i}].fault: {f:?} is not one of {CHEATS:?}"
+                    cheats.contains(&f.as_str()),
+                    "node[{i}].fault: {f:?} is not one of a {}'s {cheats:?}",
+                    n.role
                 );
             }
         }
@@ -203,6 +209,8 @@ pub struct ScenarioReport {
     /// Withdrawable per node, in USDC, read from the chain.
     pub withdrawable: Vec<(String, String)>,
     pub stakes: Vec<(String, String)>,
+    /// Stake the escrow burned by slashes, in USDC.
+    pub burned: String,
     pub wall_secs: u64,
 }
 
@@ -228,6 +236,7 @@ impl ScenarioReport {
         for (n, w) in &self.withdrawable {
             out.push_str(&format!("  {n:<12} withdrawable {w} USDC\n"));
         }
+        out.push_str(&format!("  {:<12} {} USDC\n", "burned", self.burned));
         for (n, s) in &self.stakes {
             out.push_str(&format!("  {n:<12} stake        {s} USDC\n"));
         }
@@ -398,6 +407,7 @@ async fn play(
         faults_fired: fired.clone(),
         withdrawable,
         stakes,
+        burned: usdc(c.deployer().burned().await?),
         wall_secs: started.elapsed().as_secs(),
     })
 }

@@ -119,3 +119,50 @@ async fn a_verifier_going_offline_does_not_stop_a_quorum_of_two() -> Result<()> 
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_byzantine_verifier_is_outvoted_and_nothing_is_slashed() -> Result<()> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scenario-byzantine-verifier");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    let report = scenario::run(
+        &scenarios_dir().join("byzantine-verifier.toml"),
+        &dir,
+        &binary()?,
+    )
+    .await?;
+    println!("{}", report.text());
+    ensure!(report.outcome == "completed", "{}", report.text());
+    ensure!(
+        report.last_accepted_step == 40 && report.epochs == 1,
+        "{}",
+        report.text()
+    );
+    let of = |list: &[(String, String)], name: &str| {
+        list.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+    };
+    // Every step paid at p1's price, its stake whole, nothing burned.
+    ensure!(
+        of(&report.withdrawable, "p1").as_deref() == Some("0.04"),
+        "{}",
+        report.text()
+    );
+    ensure!(
+        of(&report.stakes, "p1").as_deref() == Some("100.00"),
+        "{}",
+        report.text()
+    );
+    ensure!(report.burned == "0.00", "{}", report.text());
+    // The byzantine verifier did vote against the honest work.
+    let record = read_record(&dir.join(RECORD_FILE))?;
+    ensure!(
+        record.iter().any(|l| l.node == "v3"
+            && matches!(
+                l.node_event(),
+                Some(gpuchain_testnet::NodeEvent::VotePublished { accept: false, .. })
+            )),
+        "v3 never voted reject"
+    );
+    Ok(())
+}

@@ -377,6 +377,7 @@ impl RoleRuntime {
                         checkpoint_hash,
                         baseline,
                         committed_state,
+                        byzantine: self.fault == Some(Fault::RejectAll),
                     },
                 ));
             }

@@ -78,10 +78,12 @@ pub struct QualityJob {
     pub baseline: Hash,
     /// The announce's last state hash.
     pub committed_state: Hash,
+    /// TESTING (`--fault reject-all`): vote reject whatever the test says.
+    pub byzantine: bool,
 }
 
 pub async fn quality(ctx: Ctx, q: QualityJob) {
-    let report = match run_quality(&ctx, &q).await {
+    let mut report = match run_quality(&ctx, &q).await {
         Ok(r) => r,
         Err(e) => {
             crate::events::emit(
@@ -99,6 +101,9 @@ pub async fn quality(ctx: Ctx, q: QualityJob) {
             }
         }
     };
+    if q.byzantine {
+        report.pass = false;
+    }
     ctx.input(Input::QualityResult {
         job_id: q.job_id,
         epoch: q.epoch,
