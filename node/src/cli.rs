@@ -359,9 +359,6 @@ pub struct ProviderStatusArgs {
     pub chain: ChainArgs,
     #[arg(long)]
     pub json: bool,
-    /// Optionally, the running provider node, for the bids it refused and why.
-    #[command(flatten)]
-    pub node: NodeRef,
 }
 
 #[derive(Debug, Args)]

@@ -300,13 +300,19 @@ pub fn run_provider(cmd: ProviderCommand) -> Result<()> {
                     "unbond_at": stake.unbond_at,
                     "withdrawable": format_tokens(w, TOKEN_DECIMALS),
                 });
-                if let Some(api) = a.node.client()? {
+                // The node of that data dir, if it is running, says which bids it refused.
+                let running = NodeRef {
+                    data_dir: Some(a.key.data_dir.clone()),
+                    api: None,
+                    api_token_file: None,
+                };
+                if let Ok(Some(api)) = running.client() {
                     let view = api
                         .with_timeout(Duration::from_secs(5))
                         .get::<Value>("/v1/provider/refusals")
                         .await
                         .unwrap_or_else(|e| json!({ "error": e.to_string() }));
-                    out["refused_bids"] = view["refused_bids"].clone();
+                    out["refused_bids"] = view.get("refused_bids").cloned().unwrap_or(view);
                 }
                 if a.json {
                     println!("{out:#}");

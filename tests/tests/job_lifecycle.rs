@@ -467,6 +467,25 @@ async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Resu
             .any(|e| matches!(e.event, NodeEvent::BidPublished { .. })),
         "the picky provider bid anyway"
     );
+    // `gpuchain provider status` asks the running node which bids it refused, and why.
+    let node = s.net.node("picky")?;
+    let o = tokio::process::Command::new(s.net.binary())
+        .args(["provider", "status", "--json", "--rpc-url", c.rpc_url()])
+        .args(["--escrow", &c.escrow().to_string()])
+        .arg("--data-dir")
+        .arg(node.data_dir())
+        .arg("--keystore-password-file")
+        .arg(node.password_file())
+        .output()
+        .await?;
+    ensure!(
+        o.status.success(),
+        "provider status failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let status: Value = serde_json::from_slice(&o.stdout)?;
+    assert_eq!(status["refused_bids"], json!({ "grace": 1 }), "{status}");
+    assert_eq!(status["bonded"], tokens(U256::from(STAKE)), "{status}");
     let p1 = addr(&s, "p1")?;
     assert_eq!(c.withdrawable(p1).await?, U256::ZERO, "junk was paid");
     // The escrow slashes the stake the epoch reserved and burns it: the client gets nothing.

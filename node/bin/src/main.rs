@@ -98,3 +98,17 @@ fn run_node(args: &gpuchain_node::cli::NodeArgs) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// clap checks a command's arguments only when that subcommand is parsed; this checks
+    /// every one (a flag named twice would otherwise panic at its first use).
+    #[test]
+    fn every_subcommand_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}
