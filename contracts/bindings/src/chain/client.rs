@@ -23,7 +23,7 @@ use gpuchain_protocol::chain::ChainEvent;
 use gpuchain_protocol::chain::ChainTx;
 use gpuchain_protocol::eip712::EscrowDomain;
 use gpuchain_protocol::types::JobId;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OnceCell};
 
 use super::create_job::{
     CreateJobTerms, EscrowLimits, TEST_USDC_DECIMALS, check_create_job, decode_revert_in_tokens,
@@ -121,6 +121,9 @@ struct Inner {
     /// Held across approve + pull (createJob, register) so that two of them from this key
     /// cannot spend each other's allowance.
     allowance: Mutex<()>,
+    /// The escrow's immutables, read once: they cannot change after deployment.
+    limits: OnceCell<EscrowLimits>,
+    min_stake: OnceCell<U256>,
 }
 
 /// Gas estimates are exact for the state they ran against; the margin covers a state that
@@ -287,6 +290,8 @@ impl ChainClient {
                 receipt_poll: config.receipt_poll,
                 nonce: Mutex::new(None),
                 allowance: Mutex::new(()),
+                limits: OnceCell::new(),
+                min_stake: OnceCell::new(),
             }),
         })
     }
@@ -615,22 +620,30 @@ impl ChainClient {
     pub async fn escrow_limits(&self) -> Result<EscrowLimits, ChainError> {
         let rpc = &self.inner.rpc;
         let escrow = self.inner.escrow;
-        Ok(EscrowLimits {
-            max_duration: rpc
-                .view("maxDuration", escrow, JobEscrow::maxDurationCall {})
-                .await?,
-            max_grace: rpc
-                .view("maxGrace", escrow, JobEscrow::maxGraceCall {})
-                .await?,
-        })
+        self.inner
+            .limits
+            .get_or_try_init(|| async {
+                Ok(EscrowLimits {
+                    max_duration: rpc
+                        .view("maxDuration", escrow, JobEscrow::maxDurationCall {})
+                        .await?,
+                    max_grace: rpc
+                        .view("maxGrace", escrow, JobEscrow::maxGraceCall {})
+                        .await?,
+                })
+            })
+            .await
+            .copied()
     }
 
     /// The stake each live epoch reserves (`minStake`), also what one reject slashes.
     pub async fn min_stake(&self) -> Result<U256, ChainError> {
+        let rpc = &self.inner.rpc;
         self.inner
-            .rpc
-            .view("minStake", self.inner.escrow, JobEscrow::minStakeCall {})
+            .min_stake
+            .get_or_try_init(|| rpc.view("minStake", self.inner.escrow, JobEscrow::minStakeCall {}))
             .await
+            .copied()
     }
 
     /// What `account` can `withdraw` in `token`.
