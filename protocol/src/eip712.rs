@@ -14,6 +14,12 @@ mod typed {
     alloy_sol_types::sol! {
         struct Bid { uint256 jobId; bytes32 terms; uint64 epoch; address provider; uint256 pricePerStep; uint64 expiry; }
         struct Vote { uint256 jobId; uint64 epoch; uint64 step; bytes32 checkpointHash; bool accept; }
+        /// Not signed itself: `abi.encode`d, its keccak is `JobEscrow.termsOf`.
+        struct Terms {
+            address client; address token; uint256 budget; uint256 maxPricePerStep;
+            uint64 totalSteps; uint64 checkpointInterval; bytes32 specHash; bytes32 verifiersHash;
+            uint8 quorum; uint64 deadline; uint64 grace;
+        }
     }
 }
 
@@ -85,28 +91,28 @@ impl JobTerms<'_> {
     /// checkpointInterval, specHash, keccak256(abi.encodePacked(verifiers)), quorum, deadline,
     /// grace))`, as `JobEscrow.termsOf` stores it.
     pub fn hash(&self) -> Hash {
-        // Every field is a static type, so abi.encode is one 32-byte word each, and
-        // encodePacked pads each element of an address array to a full word too.
-        fn word(v: U256) -> [u8; 32] {
-            v.to_be_bytes()
-        }
-        let address = |a: Address| word(U256::from_be_slice(a.as_slice()));
-        let packed: Vec<u8> = self.verifiers.iter().flat_map(|v| address(*v)).collect();
-        let verifiers_hash = alloy_primitives::keccak256(&packed);
-        let words = [
-            address(self.client),
-            address(self.token),
-            word(self.budget),
-            word(self.max_price_per_step),
-            word(U256::from(self.total_steps)),
-            word(U256::from(self.checkpoint_interval)),
-            self.spec_hash.0,
-            verifiers_hash.0,
-            word(U256::from(self.quorum)),
-            word(U256::from(self.deadline)),
-            word(U256::from(self.grace)),
-        ];
-        alloy_primitives::keccak256(words.concat())
+        use alloy_sol_types::SolValue;
+        // encodePacked pads each element of an address array to a full word.
+        let packed: Vec<u8> = self
+            .verifiers
+            .iter()
+            .flat_map(|v| v.into_word().0)
+            .collect();
+        let terms = typed::Terms {
+            client: self.client,
+            token: self.token,
+            budget: self.budget,
+            maxPricePerStep: self.max_price_per_step,
+            totalSteps: self.total_steps,
+            checkpointInterval: self.checkpoint_interval,
+            specHash: self.spec_hash,
+            verifiersHash: alloy_primitives::keccak256(&packed),
+            quorum: self.quorum,
+            deadline: self.deadline,
+            grace: self.grace,
+        };
+        // All fields are static, so this is abi.encode(client, …, grace): a word each.
+        alloy_primitives::keccak256(terms.abi_encode())
     }
 }
 

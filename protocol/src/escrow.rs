@@ -35,6 +35,16 @@ use crate::types::{Epoch, Hash, JobId, Step};
 
 /// The contract refuses more verifiers (and more signatures) than this.
 pub const MAX_VERIFIERS: usize = 32;
+/// The contract refuses fewer verifiers than this: one key alone would decide.
+pub const MIN_VERIFIERS: usize = 2;
+
+/// `createJob`'s quorum rule: a strict majority of the `verifiers`, so an accepting and a
+/// rejecting quorum always share a verifier. The provider vets jobs by it, and the node
+/// checks a submission by it, before the escrow does.
+pub fn is_strict_majority(quorum: u8, verifiers: usize) -> bool {
+    let q = usize::from(quorum);
+    q * 2 > verifiers && q <= verifiers
+}
 
 /// `JobEscrow.Status`; the codes are the Solidity enum's (`None` is 0 and never stored).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -862,11 +872,10 @@ impl Escrow {
             return Err(EscrowError::InvalidSteps);
         }
         let n = j.verifiers.len();
-        if !(2..=MAX_VERIFIERS).contains(&n) {
+        if !(MIN_VERIFIERS..=MAX_VERIFIERS).contains(&n) {
             return Err(EscrowError::InvalidVerifiers);
         }
-        // A strict majority: two disjoint quorums cannot both exist.
-        if usize::from(j.quorum) * 2 <= n || usize::from(j.quorum) > n {
+        if !is_strict_majority(j.quorum, n) {
             return Err(EscrowError::InvalidQuorum);
         }
         if j.deadline <= now {

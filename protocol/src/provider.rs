@@ -19,6 +19,7 @@ use alloy_primitives::{Address, U256};
 
 use crate::chain::ChainEvent;
 use crate::eip712::EscrowDomain;
+use crate::escrow::{MIN_VERIFIERS, is_strict_majority};
 use crate::io::{Input, Notice, Output, Passed, StateMachine};
 use crate::messages::{Bid, CheckpointAnnounce, Hardware, Heartbeat, JobOffer, state_root};
 use crate::signing::{Scheme, Sig65, SigningKey};
@@ -290,12 +291,11 @@ impl Provider {
         let v = &self.config.vetting;
         let me = self.key.address();
         let n = chain.verifiers.len();
-        let q = usize::from(chain.quorum);
         Some(if job.rejected_me {
             VetRule::RejectedBefore
         } else if !v.tokens.is_empty() && !v.tokens.contains(&chain.token) {
             VetRule::Token
-        } else if n < 2 || q * 2 <= n || q > n {
+        } else if n < MIN_VERIFIERS || !is_strict_majority(chain.quorum, n) {
             VetRule::Quorum
         } else if chain.verifiers.contains(&chain.client) {
             VetRule::ClientIsVerifier

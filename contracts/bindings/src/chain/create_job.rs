@@ -16,8 +16,8 @@ use alloy::sol_types::SolInterface;
 use super::revert::{RevertReason, decode_revert};
 use crate::{JobEscrow, TestUSDC};
 
-/// `JobEscrow.MAX_VERIFIERS`: the most verifiers a job may list.
-pub const MAX_VERIFIERS: usize = 32;
+use gpuchain_protocol::escrow::is_strict_majority;
+pub use gpuchain_protocol::escrow::{MAX_VERIFIERS, MIN_VERIFIERS};
 
 /// Decimals of the test USDC the testnets pay in.
 pub const TEST_USDC_DECIMALS: u8 = 6;
@@ -245,7 +245,7 @@ pub fn check_create_job(t: &CreateJobTerms) -> Result<(), CreateJobProblem> {
             total_steps: t.total_steps,
         });
     }
-    if t.verifiers.len() < 2 {
+    if t.verifiers.len() < MIN_VERIFIERS {
         return Err(CreateJobProblem::TooFewVerifiers {
             count: t.verifiers.len(),
         });
@@ -271,7 +271,7 @@ pub fn check_create_job(t: &CreateJobTerms) -> Result<(), CreateJobProblem> {
             return Err(CreateJobProblem::ClientIsVerifier(*v));
         }
     }
-    if usize::from(t.quorum) * 2 <= t.verifiers.len() || usize::from(t.quorum) > t.verifiers.len() {
+    if !is_strict_majority(t.quorum, t.verifiers.len()) {
         return Err(CreateJobProblem::InvalidQuorum {
             quorum: t.quorum,
             verifiers: t.verifiers.len(),
