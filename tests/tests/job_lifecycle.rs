@@ -204,6 +204,30 @@ async fn assert_conserved(s: &Setup, accounts: &[Address], providers: &[&str]) -
     Ok(())
 }
 
+/// `gpuchain ARGS…` with node `name`'s key, on the testnet's chain, as its operator would run
+/// it; its standard output, or an error with its standard error.
+async fn as_node(s: &Setup, name: &str, args: &[&str]) -> Result<String> {
+    let chain = s.net.chain()?;
+    let node = s.net.node(name)?;
+    let out = tokio::process::Command::new(s.net.binary())
+        .args(args)
+        .args(["--rpc-url", chain.rpc_url()])
+        .args(["--escrow", &chain.escrow().to_string()])
+        .arg("--data-dir")
+        .arg(node.data_dir())
+        .arg("--keystore-password-file")
+        .arg(node.password_file())
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "gpuchain {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// `gpuchain job status ID` (text, then `--json`), as a user would run it.
 async fn job_status(s: &Setup, id: U256) -> Result<(String, Value)> {
     let chain = s.net.chain()?;
@@ -314,21 +338,7 @@ async fn happy_path_pays_every_step_once_and_refunds_the_rest() -> Result<()> {
 
     // `gpuchain withdraw` pays out exactly what the escrow credited.
     let before = chain.usdc_balance(p1).await?;
-    let node = s.net.node("p1")?;
-    let out = tokio::process::Command::new(s.net.binary())
-        .args(["withdraw", "--rpc-url", chain.rpc_url(), "--escrow"])
-        .arg(chain.escrow().to_string())
-        .arg("--data-dir")
-        .arg(node.data_dir())
-        .arg("--keystore-password-file")
-        .arg(node.password_file())
-        .output()
-        .await?;
-    ensure!(
-        out.status.success(),
-        "withdraw failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    as_node(&s, "p1", &["withdraw"]).await?;
     assert_eq!(chain.usdc_balance(p1).await? - before, earned);
     assert_eq!(chain.withdrawable(p1).await?, U256::ZERO);
     Ok(())
@@ -468,22 +478,8 @@ async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Resu
         "the picky provider bid anyway"
     );
     // `gpuchain provider status` asks the running node which bids it refused, and why.
-    let node = s.net.node("picky")?;
-    let o = tokio::process::Command::new(s.net.binary())
-        .args(["provider", "status", "--json", "--rpc-url", c.rpc_url()])
-        .args(["--escrow", &c.escrow().to_string()])
-        .arg("--data-dir")
-        .arg(node.data_dir())
-        .arg("--keystore-password-file")
-        .arg(node.password_file())
-        .output()
-        .await?;
-    ensure!(
-        o.status.success(),
-        "provider status failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let status: Value = serde_json::from_slice(&o.stdout)?;
+    let out = as_node(&s, "picky", &["provider", "status", "--json"]).await?;
+    let status: Value = serde_json::from_str(&out)?;
     assert_eq!(status["refused_bids"], json!({ "grace": 1 }), "{status}");
     assert_eq!(status["bonded"], tokens(U256::from(STAKE)), "{status}");
     let p1 = addr(&s, "p1")?;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, ensure};
 use gpuchain_testnet::binary;
 use gpuchain_testnet::record::{HARNESS, HarnessEvent, RECORD_FILE, RecordLine, read_record};
-use gpuchain_testnet::scenario::{self, Action, Scenario};
+use gpuchain_testnet::scenario::{self, Action, Scenario, ScenarioReport};
 
 fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testnet/scenarios")
@@ -78,19 +78,25 @@ fn broken_scenarios_name_the_field() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_verifier_going_offline_does_not_stop_a_quorum_of_two() -> Result<()> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scenario-verifier-offline");
+/// Plays the shipped scenario `name` in a fresh run folder; its report and that folder.
+async fn play(name: &str) -> Result<(ScenarioReport, PathBuf)> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("scenario-{name}"));
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
     }
     let report = scenario::run(
-        &scenarios_dir().join("verifier-offline.toml"),
+        &scenarios_dir().join(format!("{name}.toml")),
         &dir,
         &binary()?,
     )
     .await?;
     println!("{}", report.text());
+    Ok((report, dir))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_verifier_going_offline_does_not_stop_a_quorum_of_two() -> Result<()> {
+    let (report, dir) = play("verifier-offline").await?;
     ensure!(report.outcome == "completed", "{}", report.text());
     ensure!(report.last_accepted_step == 40);
     ensure!(report.faults_fired.len() == 1, "{:?}", report.faults_fired);
@@ -122,17 +128,7 @@ async fn a_verifier_going_offline_does_not_stop_a_quorum_of_two() -> Result<()> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_byzantine_verifier_is_outvoted_and_nothing_is_slashed() -> Result<()> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scenario-byzantine-verifier");
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    let report = scenario::run(
-        &scenarios_dir().join("byzantine-verifier.toml"),
-        &dir,
-        &binary()?,
-    )
-    .await?;
-    println!("{}", report.text());
+    let (report, dir) = play("byzantine-verifier").await?;
     ensure!(report.outcome == "completed", "{}", report.text());
     ensure!(
         report.last_accepted_step == 40 && report.epochs == 1,
