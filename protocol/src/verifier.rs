@@ -1,4 +1,5 @@
-//! The verifier: for each job that lists it, checks every announced checkpoint in step order
+//! The verifier: for each job whose committee the escrow drew it onto (`CommitteeDrawn`),
+//! checks every announced checkpoint in step order
 //! (fetch, quality test against the previous accepted or verified checkpoint, re-execution spot
 //! check of seeded random steps) and gossips an EIP-712 vote.
 //!
@@ -12,6 +13,14 @@
 //!
 //! A failed fetch is tried again after the policy's backoff, on this machine's timer: the
 //! driver fetches once per `FetchBlob`, so the number of tries is decided here alone.
+//!
+//! Only the drawn committee's votes count; the verifier learns its seats from
+//! `CommitteeDrawn`, never from an offer. Its votes are published again until the escrow acts
+//! on them; an accept of an epoch the client ended keeps going for the escrow's decision
+//! window (the provider's late claim needs a quorum of it) unless the job's head moves.
+//!
+//! Over 600 lines because the check pipeline, the vote's life and the chain's resets share
+//! one per-job record and read best together.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -75,7 +84,8 @@ struct VerifierJob {
     spec_hash: Hash,
     total_steps: Step,
     interval: Step,
-    verifiers: Vec<Address>,
+    /// The drawn committee: only its members' votes count.
+    committee: Vec<Address>,
     spot_checks: u32,
     epoch: Epoch,
     provider: Option<Address>,
@@ -84,9 +94,8 @@ struct VerifierJob {
     queue: BTreeMap<Step, CheckpointAnnounce>,
     active: Option<Check>,
     voted: BTreeSet<(Epoch, Step, Hash)>,
-    /// Our votes the escrow has not acted on yet, by (epoch, step), each with when it was
-    /// last published.
-    unsettled: BTreeMap<(Epoch, Step), (Vote, Time)>,
+    /// Our votes the escrow has not acted on yet, by (epoch, step).
+    unsettled: BTreeMap<(Epoch, Step), Unsettled>,
     /// The one live entry of this job in `Verifier::regossips`.
     regossip_at: Option<Time>,
 }
@@ -100,10 +109,32 @@ impl VerifierJob {
     }
 }
 
+/// A vote of ours the escrow has not acted on.
+#[derive(Clone, Debug)]
+struct Unsettled {
+    vote: Vote,
+    /// When it was last published.
+    at: Time,
+    /// Set when the client ended the vote's epoch: an accept then stays payable for the
+    /// escrow's decision window (the provider's late claim needs a quorum of it), so it is
+    /// published again until this time, unless the job's head moves first.
+    until: Option<Time>,
+}
+
+/// What a `JobCreated` says that a seat needs, kept until the job's committee is drawn.
+#[derive(Clone, Copy, Debug)]
+struct Created {
+    spec_hash: Hash,
+    total_steps: Step,
+    interval: Step,
+}
+
 #[derive(Debug)]
 pub struct Verifier {
     config: VerifierConfig,
     key: SigningKey,
+    /// Jobs created and not yet drawn: whether this verifier gets a seat is not known yet.
+    drawing: BTreeMap<JobId, Created>,
     jobs: BTreeMap<JobId, VerifierJob>,
     /// Fetches to try again, by due time; stale entries (the check moved on) are skipped.
     retries: BTreeSet<(Time, JobId)>,
@@ -146,6 +177,7 @@ impl Verifier {
         Verifier {
             config,
             key,
+            drawing: BTreeMap::new(),
             jobs: BTreeMap::new(),
             retries: BTreeSet::new(),
             regossips: BTreeSet::new(),
@@ -222,8 +254,14 @@ impl Verifier {
             signature: Sig65::ZERO,
         }
         .sign(&self.config.domain, &self.key);
-        job.unsettled
-            .insert((ann.epoch, ann.step), (vote.clone(), now));
+        job.unsettled.insert(
+            (ann.epoch, ann.step),
+            Unsettled {
+                vote: vote.clone(),
+                at: now,
+                until: None,
+            },
+        );
         if job.regossip_at.is_none() {
             let due = now.saturating_add(self.config.regossip_after);
             job.regossip_at = Some(due);
@@ -394,38 +432,58 @@ impl Verifier {
 
     fn on_vote(&self, vote: &Vote) -> Verdict {
         match self.jobs.get(&vote.job_id) {
-            Some(job) if !job.verifiers.contains(&vote.verifier) => {
+            Some(job) if !job.committee.contains(&vote.verifier) => {
                 Verdict::Reject(RejectReason::NotListedVerifier)
             }
             _ => Verdict::Accept,
         }
     }
 
-    fn on_chain(&mut self, event: ChainEvent) {
+    fn on_chain(&mut self, now: Time, event: ChainEvent) {
         let job_id = event.job_id();
         let me = self.key.address();
         if let ChainEvent::JobCreated {
             spec_hash,
             total_steps,
             checkpoint_interval,
-            verifiers,
             ..
         } = &event
         {
-            if verifiers.contains(&me) && !self.jobs.contains_key(&job_id) {
-                self.jobs.insert(
+            if !self.jobs.contains_key(&job_id) {
+                self.drawing.insert(
                     job_id,
-                    VerifierJob {
+                    Created {
                         spec_hash: *spec_hash,
                         total_steps: *total_steps,
                         interval: (*checkpoint_interval).max(1),
-                        verifiers: verifiers.clone(),
+                    },
+                );
+            }
+            return;
+        }
+        if let ChainEvent::CommitteeDrawn { committee, .. } = &event {
+            let Some(created) = self.drawing.remove(&job_id) else {
+                return;
+            };
+            if committee.contains(&me) && !self.jobs.contains_key(&job_id) {
+                let Created {
+                    spec_hash,
+                    total_steps,
+                    interval,
+                } = created;
+                self.jobs.insert(
+                    job_id,
+                    VerifierJob {
+                        spec_hash,
+                        total_steps,
+                        interval,
+                        committee: committee.clone(),
                         spot_checks: self.config.default_spot_checks,
                         epoch: 0,
                         provider: None,
                         head_step: 0,
                         // The escrow's convention: before any acceptance the "checkpoint" is the spec.
-                        head_hash: *spec_hash,
+                        head_hash: spec_hash,
                         queue: BTreeMap::new(),
                         active: None,
                         voted: BTreeSet::new(),
@@ -439,11 +497,16 @@ impl Verifier {
             }
             return;
         }
+        if matches!(event, ChainEvent::JobExpired { .. }) {
+            self.drawing.remove(&job_id);
+        }
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return;
         };
         match event {
-            ChainEvent::JobCreated { .. } => {}
+            ChainEvent::JobCreated { .. }
+            | ChainEvent::CommitteeSeedMoved { .. }
+            | ChainEvent::CommitteeDrawn { .. } => {}
             ChainEvent::ProviderAssigned {
                 epoch,
                 provider,
@@ -456,7 +519,22 @@ impl Verifier {
                     job.provider = Some(provider);
                     job.reset_to_chain(start_step, start_checkpoint);
                 }
-                job.unsettled.retain(|(e, _), _| *e >= epoch);
+                job.unsettled
+                    .retain(|(e, _), u| *e >= epoch || u.until.is_some());
+            }
+            ChainEvent::EpochEnded { epoch, reason, .. } if reason.by_client() => {
+                if epoch == job.epoch {
+                    job.provider = None;
+                    job.queue.clear();
+                    job.active = None;
+                }
+                // Its accepts can still land late: keep them going; its rejects cannot.
+                let until = now.saturating_add(crate::provider::CLAIM_KEPT_FOR);
+                job.unsettled
+                    .retain(|(e, _), u| *e != epoch || u.vote.accept);
+                for ((_, _), u) in job.unsettled.iter_mut().filter(|((e, _), _)| *e == epoch) {
+                    u.until = Some(until);
+                }
             }
             ChainEvent::EpochEnded { epoch, .. } | ChainEvent::CheckpointRejected { epoch, .. } => {
                 if epoch == job.epoch {
@@ -464,7 +542,8 @@ impl Verifier {
                     job.queue.clear();
                     job.active = None;
                 }
-                job.unsettled.retain(|(e, _), _| *e > epoch);
+                job.unsettled
+                    .retain(|(e, _), u| *e > epoch || (*e < epoch && u.until.is_some()));
             }
             ChainEvent::CheckpointAccepted {
                 epoch,
@@ -472,8 +551,10 @@ impl Verifier {
                 checkpoint_hash,
                 ..
             } => {
-                job.unsettled
-                    .retain(|(e, s), _| *e > epoch || (*e == epoch && *s > step));
+                // The head moved: what the client ended can no longer be paid either.
+                job.unsettled.retain(|(e, s), u| {
+                    u.until.is_none() && (*e > epoch || (*e == epoch && *s > step))
+                });
                 if step > job.head_step {
                     // The chain is ahead of us (we missed or lag on some checkpoint): follow it.
                     job.head_step = step;
@@ -511,7 +592,7 @@ impl StateMachine for Verifier {
 
     fn handle_input(&mut self, now: Time, input: Input) {
         match input {
-            Input::Chain { event, .. } => self.on_chain(event),
+            Input::Chain { event, .. } => self.on_chain(now, event),
             Input::BlobFetched { hash, ok } => self.on_blob(now, hash, ok),
             Input::QualityResult {
                 job_id,
@@ -561,19 +642,21 @@ impl StateMachine for Verifier {
             if job.regossip_at != Some(due) {
                 continue;
             }
-            for (vote, at) in job.unsettled.values_mut() {
-                if now >= at.saturating_add(after) {
-                    *at = now;
+            job.unsettled
+                .retain(|_, u| u.until.is_none_or(|until| until > now));
+            for u in job.unsettled.values_mut() {
+                if now >= u.at.saturating_add(after) {
+                    u.at = now;
                     self.outputs.push_back(Output::Publish {
                         topic: job_topic(job_id),
-                        message: Message::Vote(vote.clone()),
+                        message: Message::Vote(u.vote.clone()),
                     });
                 }
             }
             job.regossip_at = job
                 .unsettled
                 .values()
-                .map(|(_, at)| at.saturating_add(after))
+                .map(|u| u.at.saturating_add(after))
                 .min();
             if let Some(next) = job.regossip_at {
                 self.regossips.insert((next, job_id));
