@@ -699,10 +699,15 @@ impl Client {
                 epoch,
                 step,
                 provider,
+                slashed,
                 ..
             } => {
-                self.reputation
-                    .adjust(provider, reputation::CHECKPOINT_REJECTED);
+                let penalty = if slashed.is_zero() {
+                    reputation::CHECKPOINT_REJECTED_UNSLASHED
+                } else {
+                    reputation::CHECKPOINT_REJECTED
+                };
+                self.reputation.adjust(provider, penalty);
                 job.excluded.insert(provider);
                 job.submitted.remove(&(epoch, step));
                 job.tallies.retain(|(e, _, _), _| *e > epoch);
@@ -712,9 +717,9 @@ impl Client {
             }
             ChainEvent::JobSettled { .. } => job.unsettled = false,
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
-                // What a completed job did not spend waits for a `settle`: ours to send.
-                let settle =
-                    matches!(event, ChainEvent::JobCompleted { refund, .. } if !refund.is_zero());
+                // What a completed job did not spend, and the committee's fees, wait for a
+                // `settle`: ours to send, even with nothing left to refund (the fees are owed).
+                let settle = matches!(event, ChainEvent::JobCompleted { .. });
                 job.unsettled = settle;
                 job.phase = Phase::Finished;
                 job.detector = None;

@@ -19,6 +19,11 @@
 //! on them; an accept of an epoch the client ended keeps going for the escrow's decision
 //! window (the provider's late claim needs a quorum of it) unless the job's head moves.
 //!
+//! Its fees reach its balance only when a completed job is settled. The client settles at
+//! once; if the job is still unsettled [`SETTLE_FALLBACK_AFTER`] after its completion, each
+//! member settles it itself, so a client that never settles cannot hold the committee's
+//! fees back.
+//!
 //! Over 600 lines because the check pipeline, the vote's life and the chain's resets share
 //! one per-job record and read best together.
 
@@ -27,7 +32,7 @@ use std::time::Duration;
 
 use alloy_primitives::Address;
 
-use crate::chain::ChainEvent;
+use crate::chain::{ChainEvent, ChainTx, TxId};
 use crate::eip712::EscrowDomain;
 use crate::io::{Input, Notice, Output, Passed, SpotStep, StateMachine};
 use crate::messages::{CheckpointAnnounce, JobOffer, Vote};
@@ -41,6 +46,15 @@ use crate::wire::Message;
 
 /// Announcements held while an earlier checkpoint is being verified; more is a flood.
 const MAX_QUEUED: usize = 64;
+
+/// How long after a job it sits on completes a member waits for someone else (the client)
+/// to settle it before settling it itself: long enough that the client's transaction is
+/// normally first, so settle is not paid for twice in gas.
+pub const SETTLE_FALLBACK_AFTER: Duration = Duration::from_secs(30);
+
+/// The verifier's transaction ids start here, apart from the client's and the provider's on
+/// a node running several roles.
+const SETTLE_TX_BASE: u64 = 3 << 61;
 
 #[derive(Clone, Debug)]
 pub struct VerifierConfig {
@@ -141,6 +155,9 @@ pub struct Verifier {
     /// When each job's unsettled votes are next published again; stale entries (the votes
     /// settled since) are skipped.
     regossips: BTreeSet<(Time, JobId)>,
+    /// Completed jobs of ours not yet settled, by when we settle them ourselves.
+    settles: BTreeMap<JobId, Time>,
+    next_tx: u64,
     outputs: VecDeque<Output>,
 }
 
@@ -181,6 +198,8 @@ impl Verifier {
             jobs: BTreeMap::new(),
             retries: BTreeSet::new(),
             regossips: BTreeSet::new(),
+            settles: BTreeMap::new(),
+            next_tx: SETTLE_TX_BASE,
             outputs: VecDeque::new(),
         }
     }
@@ -442,6 +461,10 @@ impl Verifier {
     fn on_chain(&mut self, now: Time, event: ChainEvent) {
         let job_id = event.job_id();
         let me = self.key.address();
+        if matches!(event, ChainEvent::JobSettled { .. }) {
+            self.settles.remove(&job_id);
+            return;
+        }
         if let ChainEvent::JobCreated {
             spec_hash,
             total_steps,
@@ -567,6 +590,12 @@ impl Verifier {
             }
             ChainEvent::JobSettled { .. } => {}
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
+                // A completed job's fees (ours among them) wait for its settle; an expired
+                // one credited them already.
+                if matches!(event, ChainEvent::JobCompleted { .. }) {
+                    self.settles
+                        .insert(job_id, now.saturating_add(SETTLE_FALLBACK_AFTER));
+                }
                 self.jobs.remove(&job_id);
                 self.outputs.push_back(Output::Unsubscribe {
                     topic: job_topic(job_id),
@@ -630,6 +659,22 @@ impl StateMachine for Verifier {
     }
 
     fn handle_timeout(&mut self, now: Time) {
+        let due: Vec<JobId> = self
+            .settles
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for job_id in due {
+            // Once: if it fails, someone settled first (or will: the client, another member).
+            self.settles.remove(&job_id);
+            let id = TxId(self.next_tx);
+            self.next_tx += 1;
+            self.outputs.push_back(Output::SubmitTx {
+                id,
+                tx: ChainTx::Settle { job_id },
+            });
+        }
         while let Some(&(due, job_id)) = self.regossips.first() {
             if due > now {
                 break;
@@ -684,7 +729,8 @@ impl StateMachine for Verifier {
     fn poll_timeout(&self) -> Option<Time> {
         let retry = self.retries.first().map(|(due, _)| *due);
         let regossip = self.regossips.first().map(|(due, _)| *due);
-        retry.into_iter().chain(regossip).min()
+        let settle = self.settles.values().min().copied();
+        retry.into_iter().chain(regossip).chain(settle).min()
     }
 
     fn poll_output(&mut self) -> Option<Output> {

@@ -548,3 +548,63 @@ fn an_accept_of_an_epoch_the_client_ended_is_published_until_it_can_no_longer_la
     v.handle_input(t(10), epoch_ended(1, EpochEndReason::Resigned));
     assert_eq!(regossiped(&mut v, t(3).saturating_add(after)), 0);
 }
+
+/// A completed job's fees wait for its settle. If nobody (the client) has settled it
+/// `SETTLE_FALLBACK_AFTER` later, each member settles it itself, once; a settle that lands
+/// first cancels that.
+#[test]
+fn a_member_settles_a_completed_job_the_client_left_unsettled() {
+    use gpuchain_protocol::chain::{ChainEvent, ChainTx};
+    use gpuchain_protocol::verifier::SETTLE_FALLBACK_AFTER;
+    let k = keys();
+    let completed = chain(ChainEvent::JobCompleted {
+        job_id: job(),
+        refund: gpuchain_protocol::U256::ZERO,
+    });
+    let settles = |outs: &[Output]| {
+        outs.iter()
+            .filter(|o| matches!(o, Output::SubmitTx { tx: ChainTx::Settle { job_id }, .. } if *job_id == job()))
+            .count()
+    };
+
+    let mut v = verifier(&k.v1, &k);
+    v.handle_input(t(10), completed.clone());
+    drain(&mut v);
+    let due = t(10).saturating_add(SETTLE_FALLBACK_AFTER);
+    assert_eq!(v.poll_timeout(), Some(due));
+    v.handle_timeout(t(10).saturating_add(SETTLE_FALLBACK_AFTER - Duration::from_millis(1)));
+    assert_eq!(settles(&drain(&mut v)), 0, "the client's turn first");
+    v.handle_timeout(due);
+    assert_eq!(settles(&drain(&mut v)), 1, "the member settles it");
+    v.handle_timeout(due.saturating_add(SETTLE_FALLBACK_AFTER));
+    assert_eq!(settles(&drain(&mut v)), 0, "once");
+    assert_eq!(v.poll_timeout(), None);
+
+    // The client settled in time: nothing to do.
+    let mut v = verifier(&k.v1, &k);
+    v.handle_input(t(10), completed);
+    v.handle_input(
+        t(11),
+        chain(ChainEvent::JobSettled {
+            job_id: job(),
+            client: k.client.address(),
+            refund: gpuchain_protocol::U256::ZERO,
+        }),
+    );
+    drain(&mut v);
+    assert_eq!(v.poll_timeout(), None);
+    v.handle_timeout(t(10).saturating_add(SETTLE_FALLBACK_AFTER));
+    assert_eq!(settles(&drain(&mut v)), 0);
+
+    // A verifier off the committee leaves it to the members.
+    let mut outsider = verifier(&k.outsider, &k);
+    outsider.handle_input(
+        t(10),
+        chain(ChainEvent::JobCompleted {
+            job_id: job(),
+            refund: gpuchain_protocol::U256::ZERO,
+        }),
+    );
+    drain(&mut outsider);
+    assert_eq!(outsider.poll_timeout(), None);
+}
