@@ -26,8 +26,9 @@ import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 ///         - the client chooses the committee's size (2..32) and a strict-majority quorum, never
 ///           its members: they are drawn by `drawCommittee` from `blockhash(seedBlock)` (the
 ///           creation block, read in a later block) over the verifier pool as it was at the end
-///           of that block, the client excluded, so once the seed block is mined nobody can
-///           choose the result (changing the pool first only moves the seed to a later block);
+///           of that block, uniformly without replacement and the client excluded, so once the
+///           seed block is mined nobody can choose the result (changing the pool first only
+///           moves the seed to a later block);
 ///           a job cannot be cancelled while drawing, so a client cannot re-roll it for free;
 ///           an accepting and a rejecting quorum always share a member;
 ///         - a provider is never on its job's committee;
@@ -472,6 +473,11 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
     ///         reach (over 256 blocks old), or an account joined or left the pool after the seed
     ///         block (`poolChangedAt > seedBlock`), the seed moves to the current block instead
     ///         (`CommitteeSeedMoved`); call again in a later block.
+    /// @dev    The draw is uniform without replacement: every set of `committeeSize` pooled
+    ///         accounts other than the client is equally likely, whatever their places in the
+    ///         pool (so sybils that registered back to back are drawn together no more often
+    ///         than any others). Seat k is member index k + 1. The exact rule is in
+    ///         docs/interfaces.md ("JobEscrow surface").
     function drawCommittee(uint256 jobId) external nonReentrant {
         Job storage job = _existing(jobId);
         if (job.status != Status.Drawing) revert WrongStatus(job.status);
@@ -488,19 +494,40 @@ contract JobEscrow is ReentrancyGuardTransient, EIP712 {
         uint256 size = job.committeeSize;
         _checkPool(client, size);
 
-        uint256 pooled = _pool.length;
         bytes32 seed = keccak256(abi.encode(seedHash, jobId));
         mapping(address => Member) storage members = _members[jobId];
         address[] memory committee = new address[](size);
-        for (uint256 i; i < size; ++i) {
-            uint256 idx = uint256(keccak256(abi.encode(seed, i))) % pooled;
-            address v = _pool[idx];
-            while (v == client || members[v].index != 0) {
-                idx = (idx + 1) % pooled;
-                v = _pool[idx];
+        // A partial Fisher–Yates shuffle of the pool's indices: step i swaps position i with a
+        // position j drawn uniformly from i..n-1, and the index it brings to position i is
+        // drawn. The permutation starts as the identity and only positions a swap wrote to
+        // are kept (`moved`: position << 128 | index, one entry per position, at most one
+        // per step); positions below i are never read again. Every committee of distinct
+        // non-client entries is equally likely, whatever their places in the pool.
+        uint256 n = _pool.length;
+        uint256[] memory moved = new uint256[](size + 1);
+        uint256 kept;
+        uint256 seated;
+        for (uint256 i; seated < size; ++i) {
+            // `_checkPool`: n ≥ size + 1 when the client is pooled (at most one step skips),
+            // n ≥ size otherwise, so i < n here
+            uint256 j = i + uint256(keccak256(abi.encode(seed, i))) % (n - i);
+            uint256 atI = i;
+            uint256 atJ = j;
+            uint256 slotJ = type(uint256).max;
+            for (uint256 k; k < kept; ++k) {
+                uint256 e = moved[k];
+                uint256 p = e >> 128;
+                if (p == i) atI = uint128(e);
+                if (p == j) (atJ, slotJ) = (uint128(e), k);
             }
-            members[v].index = uint8(i + 1);
-            committee[i] = v;
+            // position i takes atJ (drawn now, never read again), position j takes atI
+            uint256 entry = (j << 128) | atI;
+            if (slotJ != type(uint256).max) moved[slotJ] = entry;
+            else moved[kept++] = entry;
+            address v = _pool[atJ];
+            if (v == client) continue;
+            members[v].index = uint8(++seated);
+            committee[seated - 1] = v;
         }
         job.committee = committee;
         bytes32 terms = _terms(job, committee);

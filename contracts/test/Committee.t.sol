@@ -215,8 +215,8 @@ contract VerifierStakeTest is EscrowFixture {
     }
 }
 
-/// @dev The draw: deterministic from the seed block's hash, the client excluded, the probe,
-///      re-anchoring, and the pool checks.
+/// @dev The draw: deterministic from the seed block's hash, uniform (neighbours in the pool not
+///      favoured), the client excluded, no member twice, re-anchoring, and the pool checks.
 contract DrawTest is EscrowFixture {
     address internal a;
     address internal b;
@@ -233,10 +233,36 @@ contract DrawTest is EscrowFixture {
         return keccak256(abi.encode(x)) == keccak256(abi.encode(y));
     }
 
-    /// @dev The first index a seat's keccak points at, before any probing.
-    function _pick(bytes32 h, uint256 jobId, uint256 seat, uint256 poolLength) internal pure returns (uint256) {
+    /// @dev The position step i of the shuffle swaps with: i + keccak(seed, i) mod (n - i).
+    function _swapWith(bytes32 h, uint256 jobId, uint256 i, uint256 n) internal pure returns (uint256) {
         bytes32 seed = keccak256(abi.encode(h, jobId));
-        return uint256(keccak256(abi.encode(seed, seat))) % poolLength;
+        return i + uint256(keccak256(abi.encode(seed, i))) % (n - i);
+    }
+
+    /// @dev Draws `jobId` with `h` as its seed block's hash, in the next block.
+    function _drawWith(uint256 jobId, bytes32 h) internal returns (address[] memory) {
+        vm.roll(block.number + 1);
+        vm.setBlockhash(escrow.getJob(jobId).seedBlock, h);
+        escrow.drawCommittee(jobId);
+        return escrow.getJob(jobId).committee;
+    }
+
+    /// @dev A job with a committee of `size` and a strict-majority quorum, not drawn yet.
+    function _createSized(uint8 size) internal returns (uint256) {
+        vm.prank(client);
+        return escrow.createJob(
+            IERC20(address(usdc)),
+            5e6,
+            10_000,
+            400,
+            50,
+            keccak256("spec"),
+            size,
+            size / 2 + 1,
+            FEE,
+            uint64(block.timestamp) + 1 days,
+            GRACE
+        );
     }
 
     function test_draw_isTheSpecsFunctionOfTheSeedBlockHash() public {
@@ -292,45 +318,179 @@ contract DrawTest is EscrowFixture {
         assertTrue(!escrow.isVerifier(jobId, client), "never the client");
     }
 
-    /// The probe: a seat whose pick is the client steps past it, and past an entry already
-    /// drawn, wrapping around the end of the pool.
-    function test_draw_probeSkipsClientAndTaken() public {
+    /// A step that draws the client is skipped (at most one is), and the entry its swap moved
+    /// stays in play: here step 0 lands on the client (last of 6), which swaps v1 into the
+    /// client's position, and step 1 lands there too, so v1 takes seat 0.
+    function test_draw_skipsTheClient() public {
         _stakeVerifier(client, MIN_VERIFIER_STAKE);
         address[] memory pool = _pool(); // v1 v2 v3 a b client
-        uint256 last = pool.length - 1;
-        assertEq(pool[last], client, "the client is last");
+        assertEq(pool[5], client, "the client is last");
         uint256 jobId = _createUndrawn(5e6, 10_000, 400, 50);
-        // seat 0 picks pool[0]; seat 1 picks the client (last): it steps to pool[0] (wraps),
-        // which is taken, then to pool[1]
         bytes32 h;
         for (uint256 k;; ++k) {
-            h = keccak256(abi.encode("probe", k));
-            if (_pick(h, jobId, 0, pool.length) == 0 && _pick(h, jobId, 1, pool.length) == last) break;
+            h = keccak256(abi.encode("client", k));
+            if (_swapWith(h, jobId, 0, 6) == 5 && _swapWith(h, jobId, 1, 6) == 5) break;
         }
-        vm.roll(block.number + 1);
-        vm.setBlockhash(escrow.getJob(jobId).seedBlock, h);
-        escrow.drawCommittee(jobId);
-        address[] memory c = escrow.getJob(jobId).committee;
-        assertEq(c[0], pool[0], "seat 0: its pick");
-        assertEq(c[1], pool[1], "seat 1: past the client, around the end, past the taken");
+        address[] memory c = _drawWith(jobId, h);
+        // after step 0: positions hold 5 1 2 3 4 0 (the client drawn, skipped)
+        // after step 1: 5 0 2 3 4 1 (v1 drawn for seat 0); steps 2 and 3 fill seats 1 and 2
+        assertEq(c[0], v1, "seat 0: v1, swapped into the client's position");
+        uint256[] memory at = new uint256[](6);
+        (at[0], at[1], at[2], at[3], at[4], at[5]) = (5, 0, 2, 3, 4, 1);
+        uint256 j2 = _swapWith(h, jobId, 2, 6);
+        (at[2], at[j2]) = (at[j2], at[2]);
+        assertEq(c[1], pool[at[2]], "seat 1: step 2");
+        uint256 j3 = _swapWith(h, jobId, 3, 6);
+        (at[3], at[j3]) = (at[j3], at[3]);
+        assertEq(c[2], pool[at[3]], "seat 2: step 3");
+        assertTrue(!escrow.isVerifier(jobId, client), "never the client");
         assertTrue(_same(c, _expectedCommittee(h, jobId, pool, client, 3)), "the spec's draw");
     }
 
-    /// Seat 1 picking what seat 0 took moves one on.
-    function test_draw_probeSkipsTaken() public {
+    /// No entry is drawn twice: when step 1 lands on the position step 0 drew from, it draws
+    /// the entry step 0 swapped there (where the old probe moved on to the next entry).
+    function test_draw_noMemberTwice() public {
         address[] memory pool = _pool(); // v1 v2 v3 a b
         uint256 jobId = _createUndrawn(5e6, 10_000, 400, 50);
         bytes32 h;
         for (uint256 k;; ++k) {
-            h = keccak256(abi.encode("taken", k));
-            if (_pick(h, jobId, 0, 5) == 2 && _pick(h, jobId, 1, 5) == 2) break;
+            h = keccak256(abi.encode("twice", k));
+            if (_swapWith(h, jobId, 0, 5) == 2 && _swapWith(h, jobId, 1, 5) == 2) break;
         }
-        vm.roll(block.number + 1);
-        vm.setBlockhash(escrow.getJob(jobId).seedBlock, h);
-        escrow.drawCommittee(jobId);
-        address[] memory c = escrow.getJob(jobId).committee;
-        assertEq(c[0], pool[2], "seat 0");
-        assertEq(c[1], pool[3], "seat 1 moved on");
+        address[] memory c = _drawWith(jobId, h);
+        assertEq(c[0], pool[2], "seat 0: position 2");
+        assertEq(c[1], pool[0], "seat 1: position 2 again, now holding what position 0 held");
+        assertTrue(c[2] != c[0] && c[2] != c[1], "seat 2: another one");
+        assertTrue(_same(c, _expectedCommittee(h, jobId, pool, client, 3)), "the spec's draw");
+        for (uint256 i; i < 3; ++i) {
+            (uint8 index,) = escrow.memberOf(jobId, c[i]);
+            assertEq(index, i + 1, "seat i is member index i + 1");
+        }
+    }
+
+    /// A committee as large as the pool draws every entry exactly once, in the shuffle's order;
+    /// with the client pooled too, every entry but the client.
+    function test_draw_wholePool() public {
+        address[] memory pool = _pool(); // v1 v2 v3 a b
+        uint256 jobId = _createSized(5);
+        for (uint256 k; k < 8; ++k) {
+            uint256 snap = vm.snapshotState();
+            bytes32 h = keccak256(abi.encode("whole", k));
+            address[] memory c = _drawWith(jobId, h);
+            assertEq(c.length, 5, "five seats");
+            for (uint256 p; p < 5; ++p) {
+                (uint8 index,) = escrow.memberOf(jobId, pool[p]);
+                assertTrue(index != 0, "every entry drawn");
+                assertEq(c[index - 1], pool[p], "once, at its seat");
+            }
+            assertTrue(_same(c, _expectedCommittee(h, jobId, pool, client, 5)), "the spec's draw");
+            vm.revertToState(snap);
+        }
+
+        _stakeVerifier(client, MIN_VERIFIER_STAKE);
+        pool = _pool(); // v1 v2 v3 a b client
+        jobId = _createSized(5);
+        for (uint256 k; k < 8; ++k) {
+            uint256 snap = vm.snapshotState();
+            bytes32 h = keccak256(abi.encode("whole, the client pooled", k));
+            address[] memory c = _drawWith(jobId, h);
+            for (uint256 p; p < 5; ++p) {
+                (uint8 index,) = escrow.memberOf(jobId, pool[p]);
+                assertTrue(index != 0, "every other entry drawn");
+                assertEq(c[index - 1], pool[p], "once, at its seat");
+            }
+            assertTrue(!_contains(c, client), "never the client");
+            assertTrue(_same(c, _expectedCommittee(h, jobId, pool, client, 5)), "the spec's draw");
+            vm.revertToState(snap);
+        }
+    }
+
+    /// The committee is a function of the seed block's hash (and the job and pool) alone: the
+    /// same hash draws the same committee whoever calls and in whichever later block; another
+    /// hash draws another shuffle.
+    function test_draw_deterministicFromTheHash() public {
+        for (uint256 i; i < 5; ++i) {
+            _stakeVerifier(vm.addr(0x2000 + i), MIN_VERIFIER_STAKE);
+        }
+        address[] memory pool = _pool(); // 10
+        uint256 jobId = _createSized(5);
+        uint64 seedBlock = escrow.getJob(jobId).seedBlock;
+        bytes32[] memory seen = new bytes32[](6);
+        for (uint256 k; k < 6; ++k) {
+            bytes32 h = keccak256(abi.encode("same", k));
+            uint256 snap = vm.snapshotState();
+            vm.roll(seedBlock + 1);
+            vm.setBlockhash(seedBlock, h);
+            vm.prank(outsider);
+            escrow.drawCommittee(jobId);
+            address[] memory first = escrow.getJob(jobId).committee;
+            vm.revertToState(snap);
+            vm.roll(seedBlock + 250);
+            vm.setBlockhash(seedBlock, h);
+            vm.prank(v2);
+            escrow.drawCommittee(jobId);
+            address[] memory second = escrow.getJob(jobId).committee;
+            vm.revertToState(snap);
+            assertTrue(_same(first, second), "the same hash, the same committee");
+            assertTrue(_same(first, _expectedCommittee(h, jobId, pool, client, 5)), "the spec's draw");
+            seen[k] = keccak256(abi.encode(first));
+            for (uint256 m; m < k; ++m) {
+                assertTrue(seen[m] != seen[k], "another hash, another committee");
+            }
+        }
+    }
+
+    event log_named_uint(string key, uint256 val);
+
+    /// The draw is uniform: over 2,500 seed hashes, a committee of 5 from a pool of 10 (the
+    /// client not pooled) holds two given entries together with the uniform chance
+    /// C(8,3)/C(10,5) = 2/9 (2,222 per 10,000) whether they are neighbours in the pool
+    /// (entries 3 and 4) or not (0 and 6), within 250 per 10,000 (3 standard deviations), and
+    /// holds 9 × 2/9 = 2 of the pool's 9 neighbouring pairs on average, within 0.05 (3
+    /// standard deviations). The old probe (a collision moved on to the next entry) drew
+    /// neighbours together 2,600 times per 10,000 here and 2.36 neighbouring pairs a
+    /// committee: it fails. (2,500 draws: about 800M gas of forge's 1,073M test limit.)
+    function test_draw_uniform_neighboursNotFavoured() public {
+        for (uint256 i; i < 5; ++i) {
+            _stakeVerifier(vm.addr(0x2000 + i), MIN_VERIFIER_STAKE);
+        }
+        address[] memory pool = _pool(); // v1 v2 v3 a b and five more
+        assertEq(pool.length, 10, "pool of 10");
+        uint256 jobId = _createSized(5);
+        uint64 seedBlock = escrow.getJob(jobId).seedBlock;
+        vm.roll(seedBlock + 1);
+        uint256 draws = 2500;
+        uint256 adjacent; // pool[3] and pool[4] both drawn
+        uint256 apart; // pool[0] and pool[6] both drawn
+        uint256 pairs; // neighbouring pairs (p, p + 1) both drawn, summed over draws
+        for (uint256 k; k < draws; ++k) {
+            uint256 snap = vm.snapshotState();
+            vm.setBlockhash(seedBlock, keccak256(abi.encode("uniform", k)));
+            escrow.drawCommittee(jobId);
+            bool[] memory drawn = new bool[](10);
+            for (uint256 p; p < 10; ++p) {
+                (uint8 index,) = escrow.memberOf(jobId, pool[p]);
+                drawn[p] = index != 0;
+            }
+            vm.revertToState(snap);
+            if (drawn[3] && drawn[4]) ++adjacent;
+            if (drawn[0] && drawn[6]) ++apart;
+            for (uint256 p; p + 1 < 10; ++p) {
+                if (drawn[p] && drawn[p + 1]) ++pairs;
+            }
+        }
+        uint256 uniform = uint256(10_000) * 56 / 252; // C(8,3) / C(10,5), per 10,000: 2,222
+        emit log_named_uint("neighbours 3 and 4 together, per 10,000", adjacent * 10_000 / draws);
+        emit log_named_uint("entries 0 and 6 together, per 10,000", apart * 10_000 / draws);
+        emit log_named_uint("neighbouring pairs per committee, per 1,000", pairs * 1000 / draws);
+        assertApproxEq(adjacent * 10_000 / draws, uniform, 250, "neighbours: the uniform chance");
+        assertApproxEq(apart * 10_000 / draws, uniform, 250, "non-neighbours: the uniform chance");
+        assertApproxEq(pairs * 1000 / draws, 2000, 50, "neighbouring pairs: the uniform count");
+    }
+
+    function assertApproxEq(uint256 got, uint256 want, uint256 tolerance, string memory what) internal pure {
+        uint256 off = got > want ? got - want : want - got;
+        if (off > tolerance) revert NotEqualUint(what, got, want);
     }
 
     function test_draw_revertsAndCheckOrder() public {

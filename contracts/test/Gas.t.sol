@@ -110,7 +110,7 @@ contract GasTest is EscrowFixture {
     }
 
     /// forge-config: default.isolate = true
-    /// A committee of 3 from a pool of 3: the probe walks past taken entries.
+    /// A committee of 3 from a pool of 3: the whole pool, shuffled.
     function test_gas_drawCommittee_3of3() public {
         uint256 id = _createUndrawn(5e6, 10_000, 400, 50);
         vm.roll(block.number + 1);

@@ -362,20 +362,17 @@ contract EscrowHandler is Base {
         uint256 n = escrow.poolSize();
         address[] memory pool = new address[](n);
         for (uint256 i; i < n; ++i) pool[i] = escrow.poolAt(i);
+        // a partial Fisher–Yates shuffle of the pool's indices, the client skipped
+        uint256[] memory perm = new uint256[](n);
+        for (uint256 i; i < n; ++i) perm[i] = i;
         committee = new address[](size);
         bytes32 seed = keccak256(abi.encode(h, jobId));
-        for (uint256 i; i < size; ++i) {
-            uint256 idx = uint256(keccak256(abi.encode(seed, i))) % n;
-            while (pool[idx] == client || _has(committee, pool[idx])) idx = (idx + 1) % n;
-            committee[i] = pool[idx];
+        uint256 seated;
+        for (uint256 i; seated < size; ++i) {
+            uint256 j = i + uint256(keccak256(abi.encode(seed, i))) % (n - i);
+            (perm[i], perm[j]) = (perm[j], perm[i]);
+            if (pool[perm[i]] != client) committee[seated++] = pool[perm[i]];
         }
-    }
-
-    function _has(address[] memory list, address x) internal pure returns (bool) {
-        for (uint256 i; i < list.length; ++i) {
-            if (list[i] == x) return true;
-        }
-        return false;
     }
 
     // ------------------------------------------------------ verifier stake

@@ -11,11 +11,11 @@
 //!   `uint128` fields), and the ERC-20 tokens it pulls from and pays out of are modelled with
 //!   OpenZeppelin's balance and allowance rules and errors, so conservation can be checked to
 //!   the unit;
-//! - the committee draw is the contract's keccak256 arithmetic over the same pool order
-//!   (appended on registration, swap-removed on unbonding), so it names the same members in
-//!   the same order; `blockhash` is what the driver told the model with
-//!   [`Escrow::record_block_hash`], and zero, as in Solidity, for a block that is unknown,
-//!   not yet mined or more than 256 blocks old;
+//! - the committee draw is the contract's keccak256 arithmetic (a partial Fisher–Yates
+//!   shuffle, [`draw`]) over the same pool order (appended on registration, swap-removed on
+//!   unbonding), so it names the same members in the same order; `blockhash` is what the
+//!   driver told the model with [`Escrow::record_block_hash`], and zero, as in Solidity, for
+//!   a block that is unknown, not yet mined or more than 256 blocks old;
 //! - bid and vote signatures are recovered from the EIP-712 digests the contract hashes,
 //!   under the [`Scheme`] the signers use: secp256k1 answers exactly as `ECDSA.tryRecover`
 //!   does (v, high s, unrecoverable all fail as `BadSignature`). `Scheme::Simulated` is the
@@ -99,29 +99,41 @@ pub fn draw_seed(block_hash: Hash, job_id: JobId) -> Hash {
     keccak256(buf)
 }
 
-/// `drawCommittee`'s draw: seat i is `pool[keccak256(abi.encode(seed, i)) % pool.len()]`,
-/// moved on to the next pool entry while that one is the client or already seated. `None`
-/// when the pool holds fewer than `size` accounts besides the client (the contract reverts
-/// with `NotEnoughVerifiers` before drawing).
+/// `drawCommittee`'s draw: a partial Fisher–Yates shuffle of the pool's indices, uniform
+/// without replacement. Step i (from 0) swaps position i of the permutation (the identity at
+/// first) with position `j = i + keccak256(abi.encode(seed, i)) % (n - i)` and draws the index
+/// it brings to position i; a step that draws the client is skipped, and steps go on until
+/// `size` seats are filled (at most `size + 1` steps). Seat k is member index k + 1. Every
+/// committee of `size` distinct non-client entries is equally likely, neighbours in the pool
+/// or not. `None` when the pool holds fewer than `size` accounts besides the client (the
+/// contract reverts with `NotEnoughVerifiers` before drawing).
 pub fn draw(seed: Hash, pool: &[Address], client: Address, size: usize) -> Option<Vec<Address>> {
     let n = pool.len();
     let available = n - usize::from(pool.contains(&client));
     if available < size || n == 0 {
         return None;
     }
-    let modulus = U256::from(n);
+    // Only the positions a swap wrote to; every other position holds its own index.
+    let mut moved: BTreeMap<usize, usize> = BTreeMap::new();
     let mut committee: Vec<Address> = Vec::with_capacity(size);
-    for i in 0..size {
+    let mut i = 0usize;
+    while committee.len() < size {
+        // i < n: at most one step draws the client, and `available ≥ size`.
         let mut buf = [0u8; 64];
         buf[..32].copy_from_slice(seed.as_slice());
         buf[32..].copy_from_slice(&U256::from(i).to_be_bytes::<32>());
         let word = U256::from_be_bytes(keccak256(buf).0);
-        let mut idx = usize::try_from(word % modulus).ok()?;
-        // Terminates: at least `size` pool entries are neither the client nor seated yet.
-        while pool[idx] == client || committee.contains(&pool[idx]) {
-            idx = (idx + 1) % n;
+        let j = i + usize::try_from(word % U256::from(n - i)).ok()?;
+        let at_i = moved.get(&i).copied().unwrap_or(i);
+        let at_j = moved.get(&j).copied().unwrap_or(j);
+        // Position i now holds `at_j` and is never read again; position j holds `at_i`.
+        moved.remove(&i);
+        moved.insert(j, at_i);
+        i += 1;
+        let v = pool[at_j];
+        if v != client {
+            committee.push(v);
         }
-        committee.push(pool[idx]);
     }
     Some(committee)
 }

@@ -307,8 +307,11 @@ fn job_event(ev: &[Event], i: usize) -> &ChainEvent {
 #[test]
 fn the_draw_is_the_seed_formula_bit_for_bit() {
     // An independent computation: js-sha3's keccak256 over the same words (node, with the
-    // contracts' own node_modules) gave this seed for blockhash 0x11…11 and job 1, and seats
-    // at raw indices 3, 2 (the client: moved on to 3, taken: moved on to 4) and 0.
+    // contracts' own node_modules, a shuffle over a whole array) gave this seed for blockhash
+    // 0x11…11 and job 1, and over the pool 0x01…, …, 0x06… (the client 0x03… in it) the
+    // shuffle's steps i = 0, 1, 2, 3, 4, 5 swap position i with j = 3, 3, 2, 3, 4, 5: step 0
+    // draws 0x04… (and moves 0x01… to position 3), step 1 lands on position 3 again and draws
+    // 0x01…, step 2 draws the client (skipped), step 3 draws 0x02…, then 0x05… and 0x06….
     let seed = draw_seed(Hash::repeat_byte(0x11), U256::from(1));
     assert_eq!(
         seed,
@@ -323,8 +326,18 @@ fn the_draw_is_the_seed_formula_bit_for_bit() {
     );
     let pool: Vec<Address> = (1..=6).map(Address::repeat_byte).collect();
     let client = Address::repeat_byte(3);
-    let expected: Vec<Address> = [4, 5, 1].into_iter().map(Address::repeat_byte).collect();
+    let expected: Vec<Address> = [4, 1, 2].into_iter().map(Address::repeat_byte).collect();
     assert_eq!(draw(seed, &pool, client, 3), Some(expected.clone()));
+    assert_eq!(
+        draw(seed, &pool, client, 5),
+        Some(
+            [4, 1, 2, 5, 6]
+                .into_iter()
+                .map(Address::repeat_byte)
+                .collect()
+        ),
+        "every entry but the client, once"
+    );
     assert_eq!(
         draw(seed, &pool, client, 6),
         None,
@@ -432,11 +445,11 @@ fn the_draw_is_the_seed_formula_bit_for_bit() {
     );
     let job = e.job(j).unwrap();
     assert_eq!((job.status, job.terms), (Status::Open, terms));
-    assert_eq!(e.member_of(j, Address::repeat_byte(5)), (2, 0));
+    assert_eq!(e.member_of(j, Address::repeat_byte(1)), (2, 0));
     assert_eq!(e.member_of(j, client), (0, 0));
     assert_eq!(e.member_of(U256::from(2), client), (0, 0));
-    assert!(e.is_verifier(j, Address::repeat_byte(1)));
-    assert!(!e.is_verifier(j, Address::repeat_byte(2)));
+    assert!(e.is_verifier(j, Address::repeat_byte(2)));
+    assert!(!e.is_verifier(j, Address::repeat_byte(5)));
     assert_eq!(
         e.apply(
             &draw_tx,

@@ -230,13 +230,13 @@ pub fn faults_protocol() -> SimConfig {
 ///
 /// Why 9: a reject slashes only when the whole committee signed it, so an honest provider
 /// loses stake only on a job whose every seat is byzantine. The committee is drawn once per
-/// job, and the contract's draw moves a seat that hits a taken entry to the next pool entry,
-/// so adjacent sybils are drawn together more often than a uniform sample would: exactly
-/// (README, "Why `hostile`'s committees have 9 seats") 2.2 × 10⁻⁷ per job for 9 seats, about
-/// 0.001 expected over the 6,000 jobs of the CI's 300 seeds; 7 seats would be 9.1 × 10⁻⁶
-/// (0.05 expected), 5 seats 2.8 × 10⁻⁴ (1.7 expected: seeds 269 and 292 do lose honest
-/// stake). A byzantine quorum (5 or more of the 9, ≈ 1.8 % of jobs) still rejects honest
-/// work, unslashed: those jobs stall and expire. Simulated signatures; no churn, loss or
+/// job, uniformly without replacement (the contract's shuffle; adjacent sybils are drawn
+/// together no more often than any others): C(10,k)/C(50,k) per job (README, "Why
+/// `hostile`'s committees have 9 seats"), 4.0 × 10⁻⁹ for 9 seats, 2.4 × 10⁻⁵ expected over
+/// the 6,000 jobs of the CI's 300 seeds; 7 seats would be 1.2 × 10⁻⁶ (0.007 expected; none
+/// in seeds 1–300, but twice the jobs lost to byzantine quorums), 5 seats 1.2 × 10⁻⁴ (0.71
+/// expected: seeds 137 and 156 do lose honest stake). A byzantine quorum (5 or more of the 9,
+/// ≈ 1.0 % of jobs) still rejects honest work, unslashed: those jobs stall and expire. Simulated signatures; no churn, loss or
 /// partitions, so what goes wrong is the attackers'.
 pub fn hostile() -> SimConfig {
     SimConfig {

@@ -5,11 +5,11 @@
 //! command (`gpuchain sim run hostile --seed N`).
 //!
 //! Why zero is the expected figure and not luck: a slash needs the whole committee's reject,
-//! and a committee of 9 drawn by the contract's rule from 50 with 10 adjacent sybils is all
-//! byzantine with probability 2.2 × 10⁻⁷ per job (README, "Why `hostile`'s committees have 9
-//! seats"; with 5 seats seeds 269 and 292 do lose honest stake); an accept needs a quorum of
-//! 5, which the byzantine verifiers never give, so junk is paid only if honest verifiers
-//! accept it, and their checks always refuse it.
+//! and a committee of 9 drawn by the contract's uniform rule from 50 with 10 sybils is all
+//! byzantine with probability C(10,9)/C(50,9) = 4.0 × 10⁻⁹ per job (README, "Why `hostile`'s
+//! committees have 9 seats"; with 5 seats seeds 137 and 156 do lose honest stake); an
+//! accept needs a quorum of 5, which the byzantine verifiers never give, so junk is paid only
+//! if honest verifiers accept it, and their checks always refuse it.
 
 use gpuchain_sim::checker::{Observed, UNANIMOUS_SLASH};
 use gpuchain_sim::config::SimConfig;

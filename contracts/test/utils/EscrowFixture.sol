@@ -210,8 +210,10 @@ abstract contract EscrowFixture is Base {
         t.grace = GRACE;
     }
 
-    /// @dev The draw, computed here from the spec's text over a copy of the pool: the seed,
-    ///      then for each seat a keccak index probed forward past the client and the taken.
+    /// @dev The draw, computed here from the spec's text over a copy of the pool, as plainly as
+    ///      it can be: the seed, then a partial Fisher–Yates shuffle of a whole array of pool
+    ///      indices; step i swaps position i with position i + keccak(seed, i) mod (n - i) and
+    ///      draws the index now at i, unless it is the client's.
     function _expectedCommittee(bytes32 seedHash, uint256 jobId, address[] memory pool, address client_, uint256 size)
         internal
         pure
@@ -219,12 +221,18 @@ abstract contract EscrowFixture is Base {
     {
         committee = new address[](size);
         bytes32 seed = keccak256(bytes.concat(seedHash, bytes32(jobId)));
-        for (uint256 i; i < size; ++i) {
-            uint256 idx = uint256(keccak256(bytes.concat(seed, bytes32(i)))) % pool.length;
-            while (pool[idx] == client_ || _contains(committee, pool[idx])) {
-                idx = (idx + 1) % pool.length;
-            }
-            committee[i] = pool[idx];
+        uint256 n = pool.length;
+        uint256[] memory perm = new uint256[](n);
+        for (uint256 p; p < n; ++p) {
+            perm[p] = p;
+        }
+        uint256 seated;
+        for (uint256 i; seated < size; ++i) {
+            uint256 j = i + uint256(keccak256(bytes.concat(seed, bytes32(i)))) % (n - i);
+            (perm[i], perm[j]) = (perm[j], perm[i]);
+            if (pool[perm[i]] == client_) continue;
+            committee[seated] = pool[perm[i]];
+            seated += 1;
         }
     }
 
