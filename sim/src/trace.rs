@@ -1,7 +1,6 @@
 //! The last events before a failure, kept in a ring so a failing run can print a short trace
 //! without paying for formatting on the millions of events that pass.
 
-use std::collections::VecDeque;
 use std::fmt::Write;
 
 use crate::queue::Millis;
@@ -74,14 +73,17 @@ impl From<&()> for Detail {
 
 pub struct Trace {
     cap: usize,
-    items: VecDeque<(Millis, &'static str, NodeId, Detail)>,
+    /// A ring: once full, `items[next]` is the oldest entry and the next one overwritten.
+    items: Vec<(Millis, &'static str, NodeId, Detail)>,
+    next: usize,
 }
 
 impl Trace {
     pub fn new(cap: usize) -> Self {
         Trace {
             cap,
-            items: VecDeque::with_capacity(cap),
+            items: Vec::with_capacity(cap),
+            next: 0,
         }
     }
 
@@ -92,15 +94,19 @@ impl Trace {
         node: NodeId,
         detail: impl Into<Detail>,
     ) {
-        if self.items.len() == self.cap {
-            self.items.pop_front();
+        let item = (at, kind, node, detail.into());
+        if self.items.len() < self.cap {
+            self.items.push(item);
+        } else if let Some(slot) = self.items.get_mut(self.next) {
+            *slot = item;
+            self.next = (self.next + 1) % self.cap;
         }
-        self.items.push_back((at, kind, node, detail.into()));
     }
 
     pub fn render(&self) -> String {
         let mut s = String::new();
-        for (at, kind, node, d) in &self.items {
+        let (newer, older) = self.items.split_at(self.next);
+        for (at, kind, node, d) in older.iter().chain(newer) {
             let _ = match d {
                 Detail::None => {
                     writeln!(s, "  {:>10.3}s {kind:<16} node {node}", *at as f64 / 1000.0)
@@ -124,5 +130,24 @@ impl Trace {
             };
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_last_events_oldest_first() {
+        let mut t = Trace::new(4);
+        for at in 0..10 {
+            t.push(at * 1000, "fail", at as NodeId, &());
+        }
+        let text = t.render();
+        let nodes: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split("node ").nth(1))
+            .collect();
+        assert_eq!(nodes, ["6", "7", "8", "9"]);
     }
 }
