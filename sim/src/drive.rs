@@ -19,7 +19,7 @@
 //! Longer than our usual file on purpose: every `Output` of the machines is executed here, and
 //! one `match` over them, in one file, is what makes a missed or doubled output easy to see.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpuchain_protocol as gp;
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, TxId};
@@ -35,6 +35,7 @@ use gpuchain_protocol::{Address, B256, Time, U256};
 
 use crate::cheat::quality_ok;
 use crate::escrow::{self, Call, Epoch, Hash, JobId, Step};
+use crate::fasthash::FastMap;
 use crate::queue::Millis;
 use crate::rng::{Purpose, SimRng, stream};
 use crate::training;
@@ -71,24 +72,25 @@ pub struct Driver {
     nodes: BTreeMap<Address, NodeId>,
     /// Subscribers per topic (looked up on every publication; never iterated in an order
     /// that matters, so a hash map).
-    subs: HashMap<String, BTreeSet<NodeId>>,
+    subs: FastMap<String, BTreeSet<NodeId>>,
     /// The topics each node subscribes to (`subs` inverted), so a process that dies leaves
     /// its own topics, not a walk over every live one.
     topics_of: Vec<BTreeSet<String>>,
     /// A publication's receivers, reused from one publication to the next.
     scratch: Vec<NodeId>,
-    to_id: HashMap<B256, Hash>,
-    to_b256: HashMap<Hash, B256>,
+    to_id: FastMap<B256, Hash>,
+    to_b256: FastMap<Hash, B256>,
     domain: EscrowDomain,
     /// How the machines sign (the escrow model recovers bid and vote signers under it too).
     scheme: Scheme,
     /// Armed `poll_timeout` per node, so a node has one pending poll at a time.
     armed: Vec<Option<Millis>>,
-    tx_ids: HashMap<u64, (NodeId, TxId)>,
+    tx_ids: FastMap<u64, (NodeId, TxId)>,
     next_tag: u64,
     /// The trainers running, per node and job: like the node's, one per job, side by side
     /// (a provider assigned two jobs at once trains both; no contention is modelled).
-    training: BTreeMap<(NodeId, JobId), TrainRun>,
+    /// Per node, in job order (a node has one or two: a vector, not a map over all nodes).
+    training: Vec<Vec<TrainRun>>,
     job_counter: u64,
     /// Providers whose machine knows each live job (fed its `JobCreated`): they hear its
     /// chain events. Dropped when the job ends.
@@ -96,10 +98,15 @@ pub struct Driver {
     /// The live jobs each node follows (`followers` inverted).
     follows: Vec<BTreeSet<JobId>>,
     /// The event that ended each finished job, for a provider that looks the job up later.
-    ended: HashMap<JobId, ChainEvent>,
+    ended: FastMap<JobId, ChainEvent>,
     /// Draws which subscribers a topic-wide message reaches.
     gossip_rng: SimRng,
-    pub crypto: CryptoCounts,
+    /// What the report's `signatures` says; `signed` and `delivered` by kind are counted in
+    /// `signed` and `delivered` below (an array index per message, not a map look-up by name)
+    /// and filled in by [`Driver::crypto`].
+    crypto: CryptoCounts,
+    signed: [u64; KINDS.len()],
+    delivered: [u64; KINDS.len()],
 }
 
 /// Signatures made and checked, and messages delivered, by message kind: what the protocol
@@ -133,14 +140,18 @@ impl CryptoCounts {
     }
 }
 
-fn kind(m: &Message) -> &'static str {
+/// The message kinds as the report names them, in [`kind`]'s order.
+const KINDS: [&str; 6] = ["hello", "offer", "bid", "heartbeat", "announce", "vote"];
+
+/// `m`'s kind, an index into [`KINDS`].
+fn kind(m: &Message) -> usize {
     match m {
-        Message::NodeHello(_) => "hello",
-        Message::JobOffer(_) => "offer",
-        Message::Bid(_) => "bid",
-        Message::Heartbeat(_) => "heartbeat",
-        Message::CheckpointAnnounce(_) => "announce",
-        Message::Vote(_) => "vote",
+        Message::NodeHello(_) => 0,
+        Message::JobOffer(_) => 1,
+        Message::Bid(_) => 2,
+        Message::Heartbeat(_) => 3,
+        Message::CheckpointAnnounce(_) => 4,
+        Message::Vote(_) => 5,
     }
 }
 
@@ -156,26 +167,51 @@ fn job_u64(j: U256) -> Option<JobId> {
     u64::try_from(j).ok()
 }
 
-/// What an honest trainer's state hash is at `step` (deterministic training).
-fn honest_state(job: JobId, step: Step) -> B256 {
-    model_hash(0x686f_6e65_7374, job, step, 0)
+/// The training model's state hashes of one job: what an honest trainer's state is at each
+/// step (deterministic training), and what a cheater fabricates for a step it skipped. Each
+/// is a 256-bit value standing for a state hash: a function of its inputs that nothing
+/// mistakes for another's. Not a cryptographic hash: nothing in the model inverts it, and a
+/// trainer emits one per step (tens of millions a simulated day), so the job's part of the
+/// mix is done once per interval.
+struct StateHashes {
+    honest: u64,
+    fabricated: u64,
 }
 
-fn fabricated_state(job: JobId, step: Step, epoch: Epoch) -> B256 {
-    model_hash(0x6661_6272_6963, job, step, epoch)
-}
+impl StateHashes {
+    const HONEST: u64 = 0x686f_6e65_7374;
+    const FABRICATED: u64 = 0x6661_6272_6963;
 
-/// A 256-bit value standing for a state hash in the training model: a function of its inputs
-/// that nothing mistakes for another's. Not a cryptographic hash: nothing in the model
-/// inverts it, and a trainer emits one per step (tens of millions a simulated day).
-fn model_hash(tag: u64, job: JobId, step: Step, epoch: Epoch) -> B256 {
-    fn mix(mut z: u64) -> u64 {
-        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    fn new(job: JobId) -> StateHashes {
+        StateHashes {
+            honest: model_seed(Self::HONEST, job),
+            fabricated: model_seed(Self::FABRICATED, job),
+        }
     }
-    let seed = mix(mix(mix(tag) ^ job) ^ step) ^ epoch;
+
+    fn honest(&self, step: Step) -> B256 {
+        model_lanes(self.honest, step, 0)
+    }
+
+    fn fabricated(&self, step: Step, epoch: Epoch) -> B256 {
+        model_lanes(self.fabricated, step, epoch)
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The part of a state hash that depends on its kind (`tag`) and the job only.
+fn model_seed(tag: u64, job: JobId) -> u64 {
+    mix(mix(tag) ^ job)
+}
+
+fn model_lanes(seed: u64, step: Step, epoch: Epoch) -> B256 {
+    let seed = mix(seed ^ step) ^ epoch;
     let mut out = [0u8; 32];
     for (lane, chunk) in out.chunks_exact_mut(8).enumerate() {
         chunk.copy_from_slice(
@@ -234,26 +270,28 @@ impl Driver {
             keys: keys.clone(),
             addresses,
             nodes,
-            subs: HashMap::new(),
+            subs: FastMap::default(),
             topics_of: vec![BTreeSet::new(); n],
             scratch: Vec::new(),
-            to_id: HashMap::new(),
-            to_b256: HashMap::new(),
+            to_id: FastMap::default(),
+            to_b256: FastMap::default(),
             domain,
             scheme: w.cfg.protocol.signatures,
             armed: vec![None; n],
-            tx_ids: HashMap::new(),
+            tx_ids: FastMap::default(),
             next_tag: 1,
-            training: BTreeMap::new(),
+            training: vec![Vec::new(); n],
             job_counter: 0,
             followers: BTreeMap::new(),
             follows: vec![BTreeSet::new(); n],
-            ended: HashMap::new(),
+            ended: FastMap::default(),
             gossip_rng: stream(w.seed, Purpose::Gossip, 0),
             crypto: CryptoCounts {
                 scheme: w.cfg.protocol.signatures,
                 ..CryptoCounts::default()
             },
+            signed: [0; KINDS.len()],
+            delivered: [0; KINDS.len()],
         };
         for (i, key) in keys.iter().enumerate() {
             let node = i as NodeId;
@@ -326,6 +364,24 @@ impl Driver {
         self.addresses[node as usize]
     }
 
+    /// Signatures made and checked and messages delivered so far, by kind (kinds never seen
+    /// are left out).
+    pub fn crypto(&self) -> CryptoCounts {
+        let by_kind = |counts: &[u64; KINDS.len()]| {
+            KINDS
+                .iter()
+                .zip(counts)
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, n)| (*k, *n))
+                .collect()
+        };
+        CryptoCounts {
+            signed: by_kind(&self.signed),
+            delivered: by_kind(&self.delivered),
+            ..self.crypto.clone()
+        }
+    }
+
     /// The training model's id for a checkpoint hash it minted (`None` for any other hash).
     pub(crate) fn known_id(&self, h: &B256) -> Option<Hash> {
         self.to_id.get(h).copied()
@@ -333,6 +389,31 @@ impl Driver {
 
     pub(crate) fn node(&self, a: &Address) -> Option<NodeId> {
         self.nodes.get(a).copied()
+    }
+
+    /// `node`'s trainer for `job`.
+    fn run(&self, node: NodeId, job: JobId) -> Option<&TrainRun> {
+        self.training[node as usize].iter().find(|r| r.job == job)
+    }
+
+    fn run_mut(&mut self, node: NodeId, job: JobId) -> Option<&mut TrainRun> {
+        self.training[node as usize]
+            .iter_mut()
+            .find(|r| r.job == job)
+    }
+
+    /// Starts `run` on `node`, replacing its job's trainer there if any; kept in job order.
+    fn insert_run(&mut self, node: NodeId, run: TrainRun) {
+        let runs = &mut self.training[node as usize];
+        let at = runs.partition_point(|r| r.job < run.job);
+        match runs.get_mut(at) {
+            Some(r) if r.job == run.job => *r = run,
+            _ => runs.insert(at, run),
+        }
+    }
+
+    fn remove_run(&mut self, node: NodeId, job: JobId) {
+        self.training[node as usize].retain(|r| r.job != job);
     }
 
     fn id_of(&mut self, h: B256) -> Hash {
@@ -423,7 +504,7 @@ impl World {
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                *d.crypto.signed.entry(kind(&message)).or_default() += 1;
+                d.signed[kind(&message)] += 1;
                 // A scratch list, reused: one publication after another would allocate one.
                 let mut subs = std::mem::take(&mut d.scratch);
                 subs.clear();
@@ -514,7 +595,7 @@ impl World {
                 let previous = self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&(node, job)))
+                    .and_then(|d| d.run(node, job))
                     .map(|r| (r.job, r.epoch));
                 if let Some((j, e)) = previous {
                     self.stop_run(node, j, e);
@@ -522,7 +603,7 @@ impl World {
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                d.training.insert((node, job), run);
+                d.insert_run(node, run);
                 // The trainer fetches the start checkpoint from the client or a verifier first.
                 let client = self.book(job).map_or(0, |b| b.client);
                 let bytes = self.cfg.job.checkpoint_bytes;
@@ -571,9 +652,9 @@ impl World {
                 ..
             } => {
                 let job = job_u64(job_id).unwrap_or(0);
+                let model = StateHashes::new(job);
                 let pass = steps.iter().all(|s| {
-                    s.before == honest_state(job, s.step - 1)
-                        && s.after == honest_state(job, s.step)
+                    s.before == model.honest(s.step - 1) && s.after == model.honest(s.step)
                 });
                 let Some(d) = self.driver.as_mut() else {
                     return;
@@ -622,14 +703,14 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(run) = d.training.get(&(node, job)) else {
+        let Some(run) = d.run(node, job) else {
             return;
         };
         if run.epoch != epoch {
             return;
         }
         let run = run.clone();
-        d.training.remove(&(node, job));
+        d.remove_run(node, job);
         if let (Some(t0), Some(p)) = (run.started, self.provider_index(node))
             && let Some(rate) = self.providers[p].rate
         {
@@ -695,7 +776,7 @@ impl World {
         if d.machines[to as usize].is_none() {
             return;
         }
-        *d.crypto.delivered.entry(kind(msg.message())).or_default() += 1;
+        d.delivered[kind(msg.message())] += 1;
         if let Message::Heartbeat(h) = msg.message()
             && job_u64(h.job_id)
                 .and_then(|job| self.book(job))
@@ -854,7 +935,7 @@ impl World {
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                let Some(run) = d.training.get_mut(&(node, job)) else {
+                let Some(run) = d.run_mut(node, job) else {
                     return;
                 };
                 if run.job != job || run.epoch != epoch || run.started.is_some() {
@@ -942,11 +1023,7 @@ impl World {
         };
         // Fed without draining: the handle_timeout that follows executes what they ask for
         // and arms the one timer.
-        for r in d
-            .training
-            .range((node, JobId::MIN)..=(node, JobId::MAX))
-            .map(|(_, r)| r)
-        {
+        for r in &d.training[node as usize] {
             let Some(step) = r.progress(self.now, rate) else {
                 continue;
             };
@@ -963,11 +1040,7 @@ impl World {
     }
 
     fn schedule_run_checkpoint(&mut self, node: NodeId, job: JobId, epoch: Epoch, step: Step) {
-        let Some(run) = self
-            .driver
-            .as_ref()
-            .and_then(|d| d.training.get(&(node, job)))
-        else {
+        let Some(run) = self.driver.as_ref().and_then(|d| d.run(node, job)) else {
             return;
         };
         let (Some(t0), Some(p)) = (run.started, self.provider_index(node)) else {
@@ -991,7 +1064,7 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(run) = d.training.get(&(node, job)).cloned() else {
+        let Some(run) = d.run(node, job).cloned() else {
             return;
         };
         if run.job != job || run.epoch != epoch {
@@ -1003,17 +1076,19 @@ impl World {
             return;
         };
         let checkpoint_hash = d.b256_of(hash);
-        let mut state_hashes = vec![honest_state(job, run.parent_step)];
+        let model = StateHashes::new(job);
+        let mut state_hashes = Vec::with_capacity((step - run.parent_step + 1) as usize);
+        state_hashes.push(model.honest(run.parent_step));
         for s in run.parent_step + 1..=step {
             let fake =
                 mismatch >= 1.0 || (mismatch > 0.0 && self.providers[p].rng.chance(mismatch));
             state_hashes.push(if fake {
-                fabricated_state(job, s, epoch)
+                model.fabricated(s, epoch)
             } else {
-                honest_state(job, s)
+                model.honest(s)
             });
         }
-        if let Some(run) = d.training.get_mut(&(node, job)) {
+        if let Some(run) = d.run_mut(node, job) {
             run.parent_step = step;
             run.parent = checkpoint_hash;
         }
@@ -1150,7 +1225,7 @@ impl World {
                 if let Some(run) = self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&(me, job_id)))
+                    .and_then(|d| d.run(me, job_id))
                     .cloned()
                 {
                     self.stop_run(me, run.job, run.epoch);
@@ -1160,7 +1235,7 @@ impl World {
                 if self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&(me, job_id)))
+                    .and_then(|d| d.run(me, job_id))
                     .is_some_and(|r| r.epoch == *epoch)
                 {
                     self.stop_run(me, job_id, *epoch);
@@ -1250,10 +1325,48 @@ impl World {
     /// The epochs a provider is training, per the driver (for failure bookkeeping).
     pub fn drive_current(&self, node: NodeId) -> Vec<(JobId, Epoch)> {
         self.driver.as_ref().map_or_else(Vec::new, |d| {
-            d.training
-                .range((node, 0)..=(node, JobId::MAX))
-                .map(|(_, r)| (r.job, r.epoch))
+            d.training[node as usize]
+                .iter()
+                .map(|r| (r.job, r.epoch))
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The state hashes are the values the training model has always minted (a report
+    /// carries none of them, but a changed value would move nothing but the announcements'
+    /// roots, silently).
+    #[test]
+    fn state_hashes_are_the_models_mix() {
+        fn reference(tag: u64, job: JobId, step: Step, epoch: Epoch) -> B256 {
+            let seed = mix(mix(mix(tag) ^ job) ^ step) ^ epoch;
+            let mut out = [0u8; 32];
+            for (lane, chunk) in out.chunks_exact_mut(8).enumerate() {
+                chunk.copy_from_slice(
+                    &mix(seed ^ (lane as u64).wrapping_mul(0xd6e8_feb8_6659_fd93)).to_le_bytes(),
+                );
+            }
+            B256::from(out)
+        }
+        for (job, step, epoch) in [(1, 0, 1), (7, 500, 2), (u64::MAX, 19_999, 9)] {
+            let model = StateHashes::new(job);
+            assert_eq!(
+                model.honest(step),
+                reference(0x686f_6e65_7374, job, step, 0)
+            );
+            assert_eq!(
+                model.fabricated(step, epoch),
+                reference(0x6661_6272_6963, job, step, epoch)
+            );
+        }
+        assert_eq!(
+            mix(0),
+            0xe220_a839_7b1d_cdaf,
+            "SplitMix64's finaliser, unchanged"
+        );
     }
 }

@@ -5,12 +5,11 @@
 //! Longer than our usual file because the event loop, the chain and the network share the one
 //! queue and clock; splitting them would hand `&mut World` across modules for every event.
 
-use std::collections::HashMap;
-
 use crate::cheat::{CheatKind, Observed};
 use crate::checker::{Checker, Failure};
 use crate::config::SimConfig;
 use crate::escrow::{self, Call, CallRecord, Epoch, Escrow, Hash, JobId, Step, job_no};
+use crate::fasthash::FastMap;
 use crate::metrics::Metrics;
 use crate::network::Network;
 use crate::nodes::{ClientState, ProviderState};
@@ -95,7 +94,8 @@ pub enum Event {
     TxFailed {
         to: NodeId,
         call: Box<Call>,
-        error: escrow::EscrowError,
+        /// Boxed: a revert's arguments would make every queued event twice its size.
+        error: Box<escrow::EscrowError>,
         tag: u64,
     },
     Fail {
@@ -170,11 +170,11 @@ pub struct World {
     pub clients: Vec<ClientState>,
     pub providers: Vec<ProviderState>,
     pub books: Vec<JobBook>,
-    pub truths: HashMap<Hash, Truth>,
+    pub truths: FastMap<Hash, Truth>,
     next_hash: Hash,
     pub last_honest: Option<(JobId, Hash)>,
     /// Cheating announcements by (job, epoch, step): kind and time, until decided.
-    pub cheat_claims: HashMap<(JobId, Epoch, Step), (CheatKind, Millis)>,
+    pub cheat_claims: FastMap<(JobId, Epoch, Step), (CheatKind, Millis)>,
     pub metrics: Metrics,
     pub checker: Checker,
     pub trace: Trace,
@@ -254,10 +254,10 @@ impl World {
             clients,
             providers,
             books: Vec::new(),
-            truths: HashMap::new(),
+            truths: FastMap::default(),
             next_hash: 1,
             last_honest: None,
-            cheat_claims: HashMap::new(),
+            cheat_claims: FastMap::default(),
             metrics: Metrics::default(),
             checker: Checker::new(cfg.full_checks, (2 * cfg.chain.block_ms + 5_000) / 1000 + 1),
             trace: Trace::new(64),
@@ -532,7 +532,7 @@ impl World {
                         Event::TxFailed {
                             to: from,
                             call: Box::new(call),
-                            error,
+                            error: Box::new(error),
                             tag,
                         },
                     );
