@@ -432,8 +432,10 @@ impl Provider {
     }
 
     fn on_offer(&mut self, offer: &JobOffer) -> Verdict {
-        let unconfirmed = self.jobs.values().filter(|j| j.chain.is_none()).count();
-        if !self.jobs.contains_key(&offer.job_id) && unconfirmed >= MAX_UNCONFIRMED_OFFERS {
+        // Counted only for an offer of a job we do not know yet: the count walks every job
+        // this provider has ever heard of.
+        let unconfirmed = || self.jobs.values().filter(|j| j.chain.is_none()).count();
+        if !self.jobs.contains_key(&offer.job_id) && unconfirmed() >= MAX_UNCONFIRMED_OFFERS {
             return Verdict::Ignore(IgnoreReason::Overloaded);
         }
         let job = self.jobs.entry(offer.job_id).or_default();
