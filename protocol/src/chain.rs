@@ -117,6 +117,34 @@ impl ChainEvent {
 
     /// A `JobCreated`'s terms hash (what bids are signed over); `None` for other events.
     pub fn terms_hash(&self) -> Option<Hash> {
+        if !matches!(self, ChainEvent::JobCreated { .. }) {
+            return None;
+        }
+        let remembered = TERMS.with(|c| {
+            c.borrow()
+                .get(&self.job_id())
+                .filter(|(event, _)| event == self)
+                .map(|(_, hash)| *hash)
+        });
+        if remembered.is_some() {
+            return remembered;
+        }
+        let hash = self.terms_hash_uncached();
+        if let Some(h) = hash {
+            TERMS.with(|c| {
+                let mut c = c.borrow_mut();
+                // Forgetting everything at once is crude but bounded and cheap: a job's
+                // look-ups come together, while its offer is out.
+                if c.len() >= TERMS_CACHE {
+                    c.clear();
+                }
+                c.insert(self.job_id(), (self.clone(), h));
+            });
+        }
+        hash
+    }
+
+    fn terms_hash_uncached(&self) -> Option<Hash> {
         let ChainEvent::JobCreated {
             client,
             token,
@@ -151,6 +179,19 @@ impl ChainEvent {
             .hash(),
         )
     }
+}
+
+/// Terms hashes remembered per thread, by the `JobCreated` they were computed from. Every
+/// provider an offer reaches reads the job's `JobCreated` and hashes its terms (two
+/// keccaks): dozens of times the same event in the simulator, where each provider of a
+/// node-sized swarm runs in one process. A pure function of the event (compared in full),
+/// so answering from memory changes no result.
+const TERMS_CACHE: usize = 4096;
+
+type RememberedTerms = std::collections::HashMap<JobId, (ChainEvent, Hash)>;
+
+std::thread_local! {
+    static TERMS: std::cell::RefCell<RememberedTerms> = std::cell::RefCell::new(RememberedTerms::new());
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -211,3 +252,48 @@ pub enum ChainTx {
 /// Correlates a submitted transaction with a later [`crate::Input::TxFailed`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TxId(pub u64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn created(job: u64, grace: u64) -> ChainEvent {
+        ChainEvent::JobCreated {
+            job_id: JobId::from(job),
+            client: Address::repeat_byte(1),
+            token: Address::repeat_byte(2),
+            budget: U256::from(5_000_000),
+            max_price_per_step: U256::from(3_000),
+            total_steps: 400,
+            checkpoint_interval: 50,
+            spec_hash: Hash::repeat_byte(3),
+            verifiers: vec![Address::repeat_byte(4), Address::repeat_byte(5)],
+            quorum: 2,
+            deadline: 10_000,
+            grace,
+        }
+    }
+
+    /// A remembered terms hash is handed back only for the very event it was computed from:
+    /// another `JobCreated` under the same job id (another escrow, a reorg) gets its own.
+    #[test]
+    fn remembered_terms_answer_only_their_own_event() {
+        let (a, b) = (created(7, 60), created(7, 61));
+        for e in [&a, &b, &a, &b] {
+            assert_eq!(e.terms_hash(), e.terms_hash_uncached());
+        }
+        assert_ne!(a.terms_hash(), b.terms_hash());
+        // Past the bound the memory starts over and still answers correctly.
+        for job in 0..(TERMS_CACHE as u64 + 10) {
+            let e = created(job, 60);
+            assert_eq!(e.terms_hash(), e.terms_hash_uncached());
+        }
+        assert_eq!(a.terms_hash(), a.terms_hash_uncached());
+        let other = ChainEvent::JobSettled {
+            job_id: JobId::from(7),
+            client: Address::repeat_byte(1),
+            refund: U256::ZERO,
+        };
+        assert_eq!(other.terms_hash(), None);
+    }
+}
