@@ -63,6 +63,34 @@ impl TrainRun {
     }
 }
 
+/// A topic's subscribers in node order: a sorted vector, read on every publication (one
+/// or a few entries for a job's topics, stored in the map's own slot) and changed only when
+/// a node subscribes or leaves.
+#[derive(Clone, Debug, Default)]
+struct Subscribers(Vec<NodeId>);
+
+impl Subscribers {
+    fn insert(&mut self, node: NodeId) {
+        if let Err(at) = self.0.binary_search(&node) {
+            self.0.insert(at, node);
+        }
+    }
+
+    fn remove(&mut self, node: NodeId) {
+        if let Ok(at) = self.0.binary_search(&node) {
+            self.0.remove(at);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &NodeId> {
+        self.0.iter()
+    }
+}
+
 pub struct Driver {
     /// Each node's machines; `None` while its process is down.
     pub machines: Vec<Option<Roles>>,
@@ -72,7 +100,7 @@ pub struct Driver {
     nodes: BTreeMap<Address, NodeId>,
     /// Subscribers per topic (looked up on every publication; never iterated in an order
     /// that matters, so a hash map).
-    subs: FastMap<String, BTreeSet<NodeId>>,
+    subs: FastMap<String, Subscribers>,
     /// The topics each node subscribes to (`subs` inverted), so a process that dies leaves
     /// its own topics, not a walk over every live one.
     topics_of: Vec<BTreeSet<String>>,
@@ -347,7 +375,7 @@ impl Driver {
     fn unsubscribe(&mut self, node: NodeId, topic: &str) {
         self.topics_of[node as usize].remove(topic);
         if let Some(s) = self.subs.get_mut(topic) {
-            s.remove(&node);
+            s.remove(node);
             // An ended job's topics go with their last subscriber.
             if s.is_empty() {
                 self.subs.remove(topic);
