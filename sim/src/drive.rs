@@ -63,6 +63,35 @@ impl TrainRun {
     }
 }
 
+/// Bytes of a topic name held inline in the subscriber table ("gpuchain/1/job/<id>/heartbeats"
+/// fits for any id below 10^20).
+const SHORT_TOPIC: usize = 46;
+
+/// A topic name as the subscriber table keys it: inline when short (every topic the machines
+/// publish on), so finding a publication's subscribers reads the table's own slot and not a
+/// string allocated elsewhere (that read was a cache miss on every publication). One
+/// representation per name, so the derived equality and hash are the name's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum TopicKey {
+    Short { len: u8, bytes: [u8; SHORT_TOPIC] },
+    Long(Box<str>),
+}
+
+impl TopicKey {
+    fn new(topic: &str) -> TopicKey {
+        let b = topic.as_bytes();
+        if b.len() > SHORT_TOPIC {
+            return TopicKey::Long(topic.into());
+        }
+        let mut bytes = [0u8; SHORT_TOPIC];
+        bytes[..b.len()].copy_from_slice(b);
+        TopicKey::Short {
+            len: b.len() as u8,
+            bytes,
+        }
+    }
+}
+
 /// A topic's subscribers in node order: a sorted vector, read on every publication (one
 /// or a few entries for a job's topics, stored in the map's own slot) and changed only when
 /// a node subscribes or leaves.
@@ -100,7 +129,7 @@ pub struct Driver {
     nodes: BTreeMap<Address, NodeId>,
     /// Subscribers per topic (looked up on every publication; never iterated in an order
     /// that matters, so a hash map).
-    subs: FastMap<String, Subscribers>,
+    subs: FastMap<TopicKey, Subscribers>,
     /// The topics each node subscribes to (`subs` inverted), so a process that dies leaves
     /// its own topics, not a walk over every live one.
     topics_of: Vec<BTreeSet<String>>,
@@ -368,17 +397,21 @@ impl Driver {
     }
 
     fn subscribe(&mut self, node: NodeId, topic: String) {
-        self.subs.entry(topic.clone()).or_default().insert(node);
+        self.subs
+            .entry(TopicKey::new(&topic))
+            .or_default()
+            .insert(node);
         self.topics_of[node as usize].insert(topic);
     }
 
     fn unsubscribe(&mut self, node: NodeId, topic: &str) {
         self.topics_of[node as usize].remove(topic);
-        if let Some(s) = self.subs.get_mut(topic) {
+        let key = TopicKey::new(topic);
+        if let Some(s) = self.subs.get_mut(&key) {
             s.remove(node);
             // An ended job's topics go with their last subscriber.
             if s.is_empty() {
-                self.subs.remove(topic);
+                self.subs.remove(&key);
             }
         }
     }
@@ -536,7 +569,7 @@ impl World {
                 // A scratch list, reused: one publication after another would allocate one.
                 let mut subs = std::mem::take(&mut d.scratch);
                 subs.clear();
-                if let Some(s) = d.subs.get(&topic) {
+                if let Some(s) = d.subs.get(&TopicKey::new(&topic)) {
                     subs.extend(s.iter().copied().filter(|to| *to != node));
                 }
                 // The jobs topic spans every provider: within a bid window a mesh reaches
