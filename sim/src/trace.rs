@@ -9,21 +9,27 @@ use crate::world::{Msg, NodeId, Timer};
 #[derive(Clone, Debug)]
 pub enum Detail {
     None,
-    /// A protocol message is shared with its deliveries (`Msg::Wire` holds an `Rc`), so
-    /// keeping it here costs a reference count, not a copy of its state hashes.
-    Msg(Msg),
+    /// A protocol message, summarised when it is delivered (it is being read then anyway).
+    /// Holding the message itself would keep it alive for another 64 events, and letting go
+    /// of it here would touch its cold reference count on every later event.
+    Msg(Summary),
     Timer(Timer),
 }
 
+/// A protocol message as the trace shows it: kind, job, epoch, step or sequence number, and
+/// the signer's first bytes.
+pub type Summary = (&'static str, u64, u64, u64, [u8; 3]);
+
 impl From<&Msg> for Detail {
     fn from(m: &Msg) -> Self {
-        Detail::Msg(m.clone())
+        let Msg::Wire(w) = m;
+        Detail::Msg(wire_summary(w.message()))
     }
 }
 
 /// A protocol message, summarised (kind, job, epoch, step or sequence number, signer's first
 /// bytes): the state hashes and signature bytes say nothing to a reader of a trace.
-fn wire_summary(w: &gpuchain_protocol::wire::Message) -> (&'static str, u64, u64, u64, [u8; 3]) {
+fn wire_summary(w: &gpuchain_protocol::wire::Message) -> Summary {
     use gpuchain_protocol::wire::Message as M;
     let job = |j: gpuchain_protocol::U256| u64::try_from(j).unwrap_or(u64::MAX);
     let short = |a: &gpuchain_protocol::Address| [a.0[0], a.0[1], a.0[2]];
@@ -111,8 +117,7 @@ impl Trace {
                 Detail::None => {
                     writeln!(s, "  {:>10.3}s {kind:<16} node {node}", *at as f64 / 1000.0)
                 }
-                Detail::Msg(Msg::Wire(w)) => {
-                    let (what, job, epoch, n, from) = wire_summary(w.message());
+                Detail::Msg((what, job, epoch, n, from)) => {
                     writeln!(
                         s,
                         "  {:>10.3}s {kind:<16} node {node} {what} job {job} epoch {epoch} #{n} from 0x{:02x}{:02x}{:02x}…",
