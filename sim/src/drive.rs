@@ -92,37 +92,109 @@ impl TopicKey {
     }
 }
 
-/// A topic's subscribers in node order: a sorted vector, read on every publication (one
-/// or a few entries for a job's topics, stored in the map's own slot) and changed only when
-/// a node subscribes or leaves.
-#[derive(Clone, Debug, Default)]
-struct Subscribers(Vec<NodeId>);
+/// A topic's subscribers in node order, read on every publication and changed only when a
+/// node subscribes or leaves. Up to [`INLINE_SUBSCRIBERS`] of them (a job's topics: its
+/// client, its verifiers, its providers) are held in the subscriber table's own slot, more
+/// (the jobs topic's thousands of providers) in a sorted vector.
+#[derive(Clone, Debug)]
+enum Subscribers {
+    Inline {
+        len: u8,
+        nodes: [NodeId; INLINE_SUBSCRIBERS],
+    },
+    Many(Vec<NodeId>),
+}
+
+const INLINE_SUBSCRIBERS: usize = 7;
+
+impl Default for Subscribers {
+    fn default() -> Self {
+        Subscribers::Inline {
+            len: 0,
+            nodes: [0; INLINE_SUBSCRIBERS],
+        }
+    }
+}
 
 impl Subscribers {
+    fn as_slice(&self) -> &[NodeId] {
+        match self {
+            Subscribers::Inline { len, nodes } => &nodes[..usize::from(*len)],
+            Subscribers::Many(v) => v,
+        }
+    }
+
     fn insert(&mut self, node: NodeId) {
-        if let Err(at) = self.0.binary_search(&node) {
-            self.0.insert(at, node);
+        let Err(at) = self.as_slice().binary_search(&node) else {
+            return;
+        };
+        match self {
+            Subscribers::Inline { len, nodes } if usize::from(*len) < INLINE_SUBSCRIBERS => {
+                let n = usize::from(*len);
+                nodes.copy_within(at..n, at + 1);
+                nodes[at] = node;
+                *len += 1;
+            }
+            Subscribers::Inline { .. } => {
+                let mut v = self.as_slice().to_vec();
+                v.insert(at, node);
+                *self = Subscribers::Many(v);
+            }
+            Subscribers::Many(v) => v.insert(at, node),
         }
     }
 
     fn remove(&mut self, node: NodeId) {
-        if let Ok(at) = self.0.binary_search(&node) {
-            self.0.remove(at);
+        let Ok(at) = self.as_slice().binary_search(&node) else {
+            return;
+        };
+        match self {
+            Subscribers::Inline { len, nodes } => {
+                let n = usize::from(*len);
+                nodes.copy_within(at + 1..n, at);
+                *len -= 1;
+            }
+            Subscribers::Many(v) => {
+                v.remove(at);
+            }
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.as_slice().is_empty()
     }
 
     fn iter(&self) -> impl Iterator<Item = &NodeId> {
-        self.0.iter()
+        self.as_slice().iter()
+    }
+}
+
+/// One node as the driver holds it: its machines, its armed poll timer and its trainers,
+/// together (the first cache line holds the machines and the timer), because every event of
+/// a node reads them and the events of 10,000 nodes interleave.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+struct NodeSlot {
+    /// The node's machines; `None` while its process is down.
+    roles: Option<Roles>,
+    /// The armed `poll_timeout` (never 0: a poll is armed at least 1 ms ahead), so a node
+    /// has one pending poll at a time.
+    armed: Option<std::num::NonZeroU64>,
+    /// Its trainers, in job order (a node has one or two: a vector, not a map over all nodes).
+    runs: Vec<TrainRun>,
+}
+
+impl NodeSlot {
+    fn armed(&self) -> Option<Millis> {
+        self.armed.map(std::num::NonZeroU64::get)
+    }
+
+    fn arm(&mut self, at: Option<Millis>) {
+        self.armed = at.and_then(std::num::NonZeroU64::new);
     }
 }
 
 pub struct Driver {
-    /// Each node's machines; `None` while its process is down.
-    pub machines: Vec<Option<Roles>>,
     /// Each node's key, kept for a restarted process (deriving one is a curve multiplication).
     keys: Vec<SigningKey>,
     addresses: Vec<Address>,
@@ -140,14 +212,12 @@ pub struct Driver {
     domain: EscrowDomain,
     /// How the machines sign (the escrow model recovers bid and vote signers under it too).
     scheme: Scheme,
-    /// Armed `poll_timeout` per node, so a node has one pending poll at a time.
-    armed: Vec<Option<Millis>>,
+    /// Per node: what a provider's poll reads (its armed timer, its trainers), together.
+    slots: Vec<NodeSlot>,
     tx_ids: FastMap<u64, (NodeId, TxId)>,
     next_tag: u64,
     /// The trainers running, per node and job: like the node's, one per job, side by side
     /// (a provider assigned two jobs at once trains both; no contention is modelled).
-    /// Per node, in job order (a node has one or two: a vector, not a map over all nodes).
-    training: Vec<Vec<TrainRun>>,
     job_counter: u64,
     /// Providers whose machine knows each live job (fed its `JobCreated`): they hear its
     /// chain events. Dropped when the job ends.
@@ -323,7 +393,6 @@ impl Driver {
             .collect();
         let domain = escrow::domain();
         let mut d = Driver {
-            machines: (0..n).map(|_| None).collect(),
             keys: keys.clone(),
             addresses,
             nodes,
@@ -334,10 +403,9 @@ impl Driver {
             to_b256: FastMap::default(),
             domain,
             scheme: w.cfg.protocol.signatures,
-            armed: vec![None; n],
+            slots: (0..n).map(|_| NodeSlot::default()).collect(),
             tx_ids: FastMap::default(),
             next_tag: 1,
-            training: vec![Vec::new(); n],
             job_counter: 0,
             followers: BTreeMap::new(),
             follows: vec![BTreeSet::new(); n],
@@ -352,7 +420,7 @@ impl Driver {
         };
         for (i, key) in keys.iter().enumerate() {
             let node = i as NodeId;
-            d.machines[i] = Some(d.fresh(w, node, key));
+            d.slots[i].roles = Some(d.fresh(w, node, key));
         }
         d
     }
@@ -454,18 +522,19 @@ impl Driver {
 
     /// `node`'s trainer for `job`.
     fn run(&self, node: NodeId, job: JobId) -> Option<&TrainRun> {
-        self.training[node as usize].iter().find(|r| r.job == job)
+        self.slots[node as usize].runs.iter().find(|r| r.job == job)
     }
 
     fn run_mut(&mut self, node: NodeId, job: JobId) -> Option<&mut TrainRun> {
-        self.training[node as usize]
+        self.slots[node as usize]
+            .runs
             .iter_mut()
             .find(|r| r.job == job)
     }
 
     /// Starts `run` on `node`, replacing its job's trainer there if any; kept in job order.
     fn insert_run(&mut self, node: NodeId, run: TrainRun) {
-        let runs = &mut self.training[node as usize];
+        let runs = &mut self.slots[node as usize].runs;
         let at = runs.partition_point(|r| r.job < run.job);
         match runs.get_mut(at) {
             Some(r) if r.job == run.job => *r = run,
@@ -474,7 +543,7 @@ impl Driver {
     }
 
     fn remove_run(&mut self, node: NodeId, job: JobId) {
-        self.training[node as usize].retain(|r| r.job != job);
+        self.slots[node as usize].runs.retain(|r| r.job != job);
     }
 
     fn id_of(&mut self, h: B256) -> Hash {
@@ -510,7 +579,7 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(m) = d.machines[node as usize].as_mut() else {
+        let Some(m) = d.slots[node as usize].roles.as_mut() else {
             return;
         };
         f(m, now);
@@ -522,7 +591,7 @@ impl World {
             let Some(d) = self.driver.as_mut() else {
                 return;
             };
-            let Some(m) = d.machines[node as usize].as_mut() else {
+            let Some(m) = d.slots[node as usize].roles.as_mut() else {
                 return;
             };
             let Some(out) = m.poll_output() else {
@@ -534,7 +603,7 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(m) = d.machines[node as usize].as_mut() else {
+        let Some(m) = d.slots[node as usize].roles.as_mut() else {
             return;
         };
         let next = m.poll_timeout();
@@ -551,8 +620,11 @@ impl World {
             // Never zero delay: a machine that keeps reporting a due timeout must not spin
             // the clock in place.
             let at = t.as_millis().max(self.now + 1);
-            if d.armed[node as usize].is_none_or(|a| at < a || a < self.now) {
-                d.armed[node as usize] = Some(at);
+            if d.slots[node as usize]
+                .armed()
+                .is_none_or(|a| at < a || a < self.now)
+            {
+                d.slots[node as usize].arm(Some(at));
                 let delay = at - self.now;
                 self.timer(node, delay, Timer::Poll);
             }
@@ -834,7 +906,7 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        if d.machines[to as usize].is_none() {
+        if d.slots[to as usize].roles.is_none() {
             return;
         }
         d.delivered[kind(msg.message())] += 1;
@@ -944,15 +1016,15 @@ impl World {
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                if d.armed[node as usize] != Some(self.now) {
+                if d.slots[node as usize].armed() != Some(self.now) {
                     return;
                 }
-                d.armed[node as usize] = None;
+                d.slots[node as usize].arm(None);
                 // Armed for a deadline that has moved on since (a client's failure detector
                 // moves with every heartbeat): nothing is due, so the machine is not woken
                 // (`poll_timeout` is the earliest time `handle_timeout` has something to do);
                 // only the timer is armed again.
-                let Some(m) = d.machines[node as usize].as_ref() else {
+                let Some(m) = d.slots[node as usize].roles.as_ref() else {
                     return;
                 };
                 let next = m.poll_timeout();
@@ -974,7 +1046,8 @@ impl World {
                 };
                 if let (true, Some(c)) = (
                     live,
-                    d.machines[node as usize]
+                    d.slots[node as usize]
+                        .roles
                         .as_mut()
                         .and_then(Roles::client_mut),
                 ) {
@@ -1079,12 +1152,13 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(m) = d.machines[node as usize].as_mut() else {
+        let slot = &mut d.slots[node as usize];
+        let Some(m) = slot.roles.as_mut() else {
             return;
         };
         // Fed without draining: the handle_timeout that follows executes what they ask for
         // and arms the one timer.
-        for r in &d.training[node as usize] {
+        for r in &slot.runs {
             let Some(step) = r.progress(self.now, rate) else {
                 continue;
             };
@@ -1220,7 +1294,11 @@ impl World {
             deadline: now_s + cfg.deadline_s,
             grace: cfg.grace_s,
         };
-        if let Some(m) = d.machines[c as usize].as_mut().and_then(Roles::client_mut) {
+        if let Some(m) = d.slots[c as usize]
+            .roles
+            .as_mut()
+            .and_then(Roles::client_mut)
+        {
             m.create_job(spec, params);
         }
         self.drain(c);
@@ -1359,8 +1437,8 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        d.machines[node as usize] = None;
-        d.armed[node as usize] = None;
+        d.slots[node as usize].roles = None;
+        d.slots[node as usize].arm(None);
         for topic in std::mem::take(&mut d.topics_of[node as usize]) {
             d.unsubscribe(node, &topic);
         }
@@ -1379,14 +1457,15 @@ impl World {
         };
         let key = d.keys[node as usize].clone();
         let m = d.fresh(self, node, &key);
-        d.machines[node as usize] = Some(m);
+        d.slots[node as usize].roles = Some(m);
         self.driver = Some(d);
     }
 
     /// The epochs a provider is training, per the driver (for failure bookkeeping).
     pub fn drive_current(&self, node: NodeId) -> Vec<(JobId, Epoch)> {
         self.driver.as_ref().map_or_else(Vec::new, |d| {
-            d.training[node as usize]
+            d.slots[node as usize]
+                .runs
                 .iter()
                 .map(|r| (r.job, r.epoch))
                 .collect()
@@ -1429,5 +1508,29 @@ mod tests {
             0xe220_a839_7b1d_cdaf,
             "SplitMix64's finaliser, unchanged"
         );
+    }
+
+    /// Subscribers stay sorted and unique through inserts and removals, across the move
+    /// from the inline array to a vector.
+    #[test]
+    fn subscribers_stay_a_sorted_set() {
+        let mut s = Subscribers::default();
+        let mut model = BTreeSet::new();
+        let mut x = 7u32;
+        for i in 0..400 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345) % 23;
+            if i % 3 == 2 {
+                s.remove(x);
+                model.remove(&x);
+            } else {
+                s.insert(x);
+                model.insert(x);
+            }
+            assert_eq!(
+                s.iter().copied().collect::<Vec<_>>(),
+                model.iter().copied().collect::<Vec<_>>()
+            );
+            assert_eq!(s.is_empty(), model.is_empty());
+        }
     }
 }

@@ -65,7 +65,9 @@ pub struct EventQueue<E> {
     seq: u64,
 }
 
-/// One queued event and the slot after it in its millisecond.
+/// One queued event and the slot after it in its millisecond; a cache line each (the
+/// simulator's events are 56 bytes), so popping one reads one line, not two.
+#[repr(align(64))]
 struct Slot<E> {
     next: u32,
     event: Option<E>,
