@@ -912,8 +912,8 @@ impl World {
         d.delivered[kind(msg.message())] += 1;
         if let Message::Heartbeat(h) = msg.message()
             && job_u64(h.job_id)
-                .and_then(|job| self.book(job))
-                .is_none_or(|b| b.client != to)
+                .and_then(|job| self.job_client(job))
+                .is_none_or(|c| c != to)
             && let Some(d) = self.driver.as_mut()
         {
             d.crypto.heartbeats_off_client += 1;

@@ -170,6 +170,9 @@ pub struct World {
     pub clients: Vec<ClientState>,
     pub providers: Vec<ProviderState>,
     pub books: Vec<JobBook>,
+    /// Each job's client (`books[j].client`), alone: read on every heartbeat delivered, where
+    /// the recent jobs' entries of this vector stay in cache and their books do not.
+    pub job_clients: Vec<NodeId>,
     pub truths: FastMap<Hash, Truth>,
     next_hash: Hash,
     pub last_honest: Option<(JobId, Hash)>,
@@ -254,6 +257,7 @@ impl World {
             clients,
             providers,
             books: Vec::new(),
+            job_clients: Vec::new(),
             truths: FastMap::default(),
             next_hash: 1,
             last_honest: None,
@@ -575,6 +579,15 @@ impl World {
             .and_then(|j| self.books.get(j))
     }
 
+    /// The client of `job` (`book(job).client`).
+    pub fn job_client(&self, job: JobId) -> Option<NodeId> {
+        usize::try_from(job)
+            .ok()
+            .and_then(|j| j.checked_sub(1))
+            .and_then(|j| self.job_clients.get(j))
+            .copied()
+    }
+
     pub fn book_mut(&mut self, job: JobId) -> Option<&mut JobBook> {
         usize::try_from(job)
             .ok()
@@ -639,6 +652,7 @@ impl World {
                     verifiers,
                     ..JobBook::default()
                 });
+                self.job_clients.push(from);
                 self.metrics.jobs_created += 1;
                 self.note(|w| format!("Job {job_id} created by {}", w.name(from)));
             }
