@@ -2,14 +2,15 @@
 pragma solidity ^0.8.24;
 
 import {EscrowFixture} from "./utils/EscrowFixture.sol";
+import {Vm} from "./utils/Base.sol";
 import {JobEscrow} from "../src/JobEscrow.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 
-/// @dev One test per symptom this increment addresses (issue 15: 1, 2, 4, 6; 3 and 5 are not
-///      this contract's). Each plays the attack through and asserts that the attacker gains
+/// @dev One test per symptom of issue 15 that is this contract's (1, 2, 3, 4, 6, 7; 5 is the
+///      provider node's). Each plays the attack through and asserts that the attacker gains
 ///      nothing and that the honest party ends with exactly what the rules promise, to the unit.
 contract AttacksTest is EscrowFixture {
-    // keys the client controls and names as "verifiers"
+    // keys the client controls: its sybils in the verifier pool
     uint256 internal constant PUPPET1_PK = 0xD1;
     uint256 internal constant PUPPET2_PK = 0xD2;
     uint256 internal constant PUPPET3_PK = 0xD3;
@@ -29,29 +30,38 @@ contract AttacksTest is EscrowFixture {
         vs[2] = vm.addr(PUPPET3_PK);
     }
 
-    /// A job whose committee the client controls.
-    function _puppetJob() internal returns (uint256 jobId) {
+    /// @dev The client's own money behind its sybils' stake: minted to the client, sent on.
+    function _stakePuppet(uint256 pk) internal {
+        address p = vm.addr(pk);
         vm.prank(client);
-        jobId = escrow.createJob(
-            token,
-            BUDGET,
-            10_000,
-            400,
-            50,
-            keccak256("spec"),
-            _puppets(),
-            2,
-            uint64(block.timestamp) + DEADLINE_IN,
-            GRACE
-        );
+        usdc.transfer(p, MIN_VERIFIER_STAKE);
+        vm.startPrank(p);
+        usdc.approve(address(escrow), type(uint256).max);
+        escrow.registerVerifier(MIN_VERIFIER_STAKE);
+        vm.stopPrank();
     }
 
-    function _puppetReject(uint256 jobId, uint64 step) internal {
+    function _leavePool(address v) internal {
+        (uint256 bonded,,,) = escrow.verifierStakeOf(v);
+        vm.prank(v);
+        escrow.requestVerifierUnbond(bonded);
+    }
+
+    /// @dev What the client and its sybils hold together, in the escrow's books and out of it,
+    ///      stake included: the attacker's whole wealth.
+    function _attackerWealth() internal view returns (uint256 w) {
+        w = usdc.balanceOf(client) + escrow.withdrawable(client, token);
+        address[] memory ps = _puppets();
+        for (uint256 i; i < ps.length; ++i) {
+            (uint256 bonded, uint256 unbonding,,) = escrow.verifierStakeOf(ps[i]);
+            w += usdc.balanceOf(ps[i]) + escrow.withdrawable(ps[i], token) + bonded + unbonding;
+        }
+    }
+
+    function _reject(uint256 jobId, uint64 step, uint256[] memory pks) internal {
         uint64 epoch = _currentEpoch(jobId);
         bytes32 honest = _ckpt(step);
-        escrow.rejectCheckpoint(
-            jobId, epoch, step, honest, _votes(jobId, epoch, step, honest, false, _pks(PUPPET1_PK, PUPPET2_PK))
-        );
+        escrow.rejectCheckpoint(jobId, epoch, step, honest, _votes(jobId, epoch, step, honest, false, pks));
     }
 
     function _bonded(address who) internal view returns (uint256 bonded) {
@@ -71,61 +81,225 @@ contract AttacksTest is EscrowFixture {
         escrow.withdraw(token);
     }
 
-    function _assertPuppetsGotNothing() internal view {
+    /// The sybils take their fees out too.
+    function _puppetsWithdraw() internal {
         address[] memory ps = _puppets();
         for (uint256 i; i < ps.length; ++i) {
-            assertEq(escrow.withdrawable(ps[i], token), 0, "a puppet was credited");
-            assertEq(usdc.balanceOf(ps[i]), 0, "a puppet was paid");
+            if (escrow.withdrawable(ps[i], token) == 0) continue;
+            vm.prank(ps[i]);
+            escrow.withdraw(token);
         }
     }
 
     // ------------------------------------------------ symptom 1: rejects for profit
 
-    /// The client cannot sit on its own committee.
-    function test_symptom1_clientCannotNameItselfVerifier() public {
-        address[] memory vs = _puppets();
-        vs[2] = client;
+    /// The client cannot choose the committee: `createJob` names no one, the draw is the
+    /// spec's function of the seed block's hash and the pool (computed here independently),
+    /// and the client is never drawn even when it is pooled and the hash points at it. Drawing
+    /// again, or drawing another way, is refused: the result was fixed when the block was.
+    function test_symptom1_clientCannotChooseTheCommittee() public {
+        _stakeVerifier(client, MIN_VERIFIER_STAKE);
+        _stakePuppet(PUPPET1_PK);
+        _stakePuppet(PUPPET2_PK);
+        address[] memory pool = _pool();
+        assertEq(pool.length, 6, "v1 v2 v3 client p1 p2");
+        uint256 clientSlot = 3;
+        assertEq(pool[clientSlot], client, "the client's pool slot");
+
+        uint256 jobId = _createUndrawn(BUDGET, 10_000, 400, 50);
+        // a seed block hash whose first pick is the client's own slot
+        bytes32 h;
+        for (uint256 k;; ++k) {
+            h = keccak256(abi.encode("seed", k));
+            bytes32 seed = keccak256(abi.encode(h, jobId));
+            if (uint256(keccak256(abi.encode(seed, uint256(0)))) % pool.length == clientSlot) break;
+        }
+        vm.roll(block.number + 1);
+        vm.setBlockhash(escrow.getJob(jobId).seedBlock, h);
         vm.prank(client);
-        vm.expectRevert(abi.encodeWithSelector(JobEscrow.ClientIsVerifier.selector));
-        escrow.createJob(token, BUDGET, 10_000, 400, 50, keccak256("spec"), vs, 2, uint64(block.timestamp) + 100, 0);
+        escrow.drawCommittee(jobId);
+        address[] memory committee = escrow.getJob(jobId).committee;
+        address[] memory expected = _expectedCommittee(h, jobId, pool, client, 3);
+        assertEq(keccak256(abi.encode(committee)), keccak256(abi.encode(expected)), "the spec's draw");
+        assertEq(committee[0], pool[clientSlot + 1], "the probe stepped past the client");
+        assertTrue(!escrow.isVerifier(jobId, client), "the client never sits on its job");
+
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Open));
+        escrow.drawCommittee(jobId);
     }
 
-    /// A client whose puppets reject honest work gets back exactly its budget, not a unit more:
-    /// the slash is burned, and neither the client nor its verifiers are credited any of it.
-    function test_symptom1_colludingVerifiersGainNothingFromReject() public {
-        uint256 clientStart = usdc.balanceOf(client);
+    /// Seeing the seed block's hash, the client finds that one more sybil in the pool would
+    /// give it a majority of the committee (the pool's size is the draw's modulus). It joins
+    /// the pool and draws in the same block: the seed only moves to that block, whose hash it
+    /// could not know, and the draw then takes that hash; its choice bought nothing.
+    function test_symptom1_changingThePoolAfterTheSeedOnlyMovesIt() public {
+        _stakePuppet(PUPPET1_PK);
+        address p1 = vm.addr(PUPPET1_PK);
+        address p2 = vm.addr(PUPPET2_PK);
+        uint256 jobId = _createUndrawn(BUDGET, 10_000, 400, 50);
+        uint64 seedBlock = uint64(block.number);
+        address[] memory now_ = _pool();
+        address[] memory grown = new address[](now_.length + 1);
+        for (uint256 i; i < now_.length; ++i) grown[i] = now_[i];
+        grown[now_.length] = p2;
+        // a seed hash for which joining would pay off
+        bytes32 h;
+        for (uint256 k;; ++k) {
+            h = keccak256(abi.encode("grind the pool", k));
+            uint256 asIs = _sybils(_expectedCommittee(h, jobId, now_, client, 3), p1, p2);
+            uint256 withP2 = _sybils(_expectedCommittee(h, jobId, grown, client, 3), p1, p2);
+            if (asIs <= 1 && withP2 >= 2) break;
+        }
+        vm.roll(seedBlock + 1);
+        vm.setBlockhash(seedBlock, h);
+        _stakePuppet(PUPPET2_PK);
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.CommitteeSeedMoved(jobId, seedBlock + 1);
+        vm.prank(client);
+        escrow.drawCommittee(jobId);
+        assertEq(uint256(escrow.getJob(jobId).status), uint256(JobEscrow.Status.Drawing), "no committee from h");
+
+        vm.roll(seedBlock + 2);
+        bytes32 next = blockhash(seedBlock + 1);
+        escrow.drawCommittee(jobId);
+        address[] memory c = escrow.getJob(jobId).committee;
+        assertEq(
+            keccak256(abi.encode(c)),
+            keccak256(abi.encode(_expectedCommittee(next, jobId, _pool(), client, 3))),
+            "the draw of a hash the client could not know"
+        );
+    }
+
+    function _sybils(address[] memory c, address a, address b) internal pure returns (uint256 n) {
+        for (uint256 i; i < c.length; ++i) {
+            if (c[i] == a || c[i] == b) ++n;
+        }
+    }
+
+    /// One sybil on a committee of three cannot even reach a quorum: its reject is refused,
+    /// the honest members accept, and the provider is paid every accepted step.
+    function test_symptom1_oneSybilCannotReject() public {
+        _leavePool(v3);
+        _stakePuppet(PUPPET1_PK);
+        uint256 attackerStart = _attackerWealth();
         uint256 providerStart = usdc.balanceOf(provider);
-        uint256 jobId = _puppetJob();
+        uint256 jobId = _defaultJob(); // committee: v1, v2 and the sybil, in some order
+        assertTrue(escrow.isVerifier(jobId, vm.addr(PUPPET1_PK)), "the sybil was drawn");
         _register(provider, MIN_STAKE);
         _assign(jobId, PROVIDER_PK, 1000);
 
-        _puppetReject(jobId, 50);
+        uint256[] memory one = new uint256[](1);
+        one[0] = PUPPET1_PK;
+        bytes[] memory sigs = _votes(jobId, 1, 50, _ckpt(50), false, one);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.QuorumNotReached.selector, 1, 2));
+        escrow.rejectCheckpoint(jobId, 1, 50, _ckpt(50), sigs);
+        _accept(jobId, 50, _ckpt(50));
+
+        _clientExits(jobId);
+        _puppetsWithdraw();
+        assertEq(_bonded(provider), MIN_STAKE, "provider: stake whole");
+        assertEq(escrow.burned(), 0, "nothing burned");
+        vm.prank(provider);
+        escrow.withdraw(token);
+        assertEq(usdc.balanceOf(provider), providerStart - MIN_STAKE + 50 * 1000, "provider: paid every accepted step");
+        // the client paid the accepted steps and the honest members' fees, nothing else
+        assertEq(_attackerWealth(), attackerStart - 50 * 1000 - 2 * FEE, "attacker: no gain");
+    }
+
+    /// Even a sybil majority cannot slash: its reject ends the epoch, but one honest member
+    /// did not sign, so slashed is 0, nothing is burned, and the provider's stake is exactly
+    /// what it bonded. The fees the sybils earn are the client's own budget.
+    function test_symptom1_sybilMajorityCannotSlash() public {
+        _leavePool(v2);
+        _leavePool(v3);
+        _stakePuppet(PUPPET1_PK);
+        _stakePuppet(PUPPET2_PK);
+        uint256 attackerStart = _attackerWealth();
+        uint256 providerStart = usdc.balanceOf(provider);
+        uint256 jobId = _defaultJob(); // committee: v1 and two sybils
+        assertTrue(escrow.isVerifier(jobId, v1), "one honest member");
+        _register(provider, 2 * MIN_STAKE);
+        _assign(jobId, PROVIDER_PK, 1000);
+
+        // the client repeats as often as the provider bids again
+        for (uint64 e = 1; e <= 2; ++e) {
+            uint64 epoch = _currentEpoch(jobId);
+            bytes32 honest = _ckpt(50);
+            bytes[] memory sigs = _votes(jobId, epoch, 50, honest, false, _pks(PUPPET1_PK, PUPPET2_PK));
+            vm.recordLogs();
+            escrow.rejectCheckpoint(jobId, epoch, 50, honest, sigs);
+            Vm.Log[] memory logs = vm.getRecordedLogs();
+            assertEq(logs.length, 2, "CheckpointRejected and EpochEnded: no Slashed");
+            (,, uint256 slashed,,) = abi.decode(logs[0].data, (uint64, bytes32, uint256, uint256, uint256));
+            assertEq(slashed, 0, "slashed 0");
+            if (e == 1) _assign(jobId, PROVIDER_PK, 1000);
+        }
+        assertEq(_bonded(provider), 2 * MIN_STAKE, "provider: stake exactly as bonded");
+        assertEq(escrow.burned(), 0, "nothing burned");
+        assertEq(_live(provider), 0, "no epoch held");
+
+        _clientExits(jobId);
+        _puppetsWithdraw();
+        vm.startPrank(provider);
+        escrow.requestUnbond(2 * MIN_STAKE);
+        vm.warp(block.timestamp + UNBOND_DELAY);
+        escrow.withdrawStake();
+        vm.stopPrank();
+        assertEq(usdc.balanceOf(provider), providerStart, "provider: every unit of stake back");
+        assertEq(_attackerWealth(), attackerStart, "attacker: no gain, its fees were its own budget");
+        assertEq(escrow.withdrawable(v1, token), 0, "the honest member signed nothing and earned nothing");
+    }
+
+    /// With a pool made only of the client's sybils (the honest verifiers left it), a
+    /// unanimous reject can burn minStake, but nobody gains: the client and its sybils end with
+    /// exactly what they started with, the slash is burned, and the provider loses exactly
+    /// minStake, no more.
+    function test_symptom1_fullyCapturedCommitteeGainsNothing() public {
+        _leavePool(v1);
+        _leavePool(v2);
+        _leavePool(v3);
+        _stakePuppet(PUPPET1_PK);
+        _stakePuppet(PUPPET2_PK);
+        _stakePuppet(PUPPET3_PK);
+        uint256 attackerStart = _attackerWealth();
+        uint256 providerStart = usdc.balanceOf(provider);
+        uint256 jobId = _defaultJob();
+        _register(provider, MIN_STAKE);
+        _assign(jobId, PROVIDER_PK, 1000);
+
+        _reject(jobId, 50, _pks(PUPPET1_PK, PUPPET2_PK, PUPPET3_PK));
         assertEq(escrow.withdrawable(client, token), 0, "the reject credits the client nothing");
         assertEq(escrow.burned(), MIN_STAKE, "the slash is burned");
 
         _clientExits(jobId);
-        assertEq(usdc.balanceOf(client), clientStart, "client: exactly its budget back");
-        _assertPuppetsGotNothing();
+        _puppetsWithdraw();
+        assertEq(_attackerWealth(), attackerStart, "attacker: exactly what it had");
         assertEq(_bonded(provider), 0, "provider: exactly minStake slashed");
         assertEq(usdc.balanceOf(provider), providerStart - MIN_STAKE, "provider lost exactly minStake");
-        assertEq(usdc.balanceOf(address(escrow)), MIN_STAKE, "the escrow keeps only what was burned");
     }
 
     /// Rejecting costs the provider at most minStake per epoch the client opened, and each
     /// epoch needs a bid the provider signed for it: a well-staked provider that bid twice
-    /// loses exactly 2 × minStake and keeps the rest.
+    /// to a fully captured committee loses exactly 2 × minStake and keeps the rest.
     function test_symptom1_slashAtMostMinStakePerEpochOpened() public {
-        uint256 clientStart = usdc.balanceOf(client);
-        uint256 jobId = _puppetJob();
+        _leavePool(v1);
+        _leavePool(v2);
+        _leavePool(v3);
+        _stakePuppet(PUPPET1_PK);
+        _stakePuppet(PUPPET2_PK);
+        _stakePuppet(PUPPET3_PK);
+        uint256 attackerStart = _attackerWealth();
+        uint256 jobId = _defaultJob();
         _register(provider, 3 * MIN_STAKE);
         uint64 expiry = uint64(block.timestamp) + 600;
         bytes memory bid1 = _bidSig(PROVIDER_PK, jobId, 1, 1000, expiry);
         bytes memory bid2 = _bidSig(PROVIDER_PK, jobId, 2, 1000, expiry);
+        uint256[] memory all = _pks(PUPPET1_PK, PUPPET2_PK, PUPPET3_PK);
 
         vm.prank(client);
         escrow.assign(jobId, provider, 1000, expiry, bid1);
-        bytes[] memory again = _votes(jobId, 1, 100, _ckpt(100), false, _pks(PUPPET1_PK, PUPPET3_PK));
-        _puppetReject(jobId, 50);
+        bytes[] memory again = _votes(jobId, 1, 100, _ckpt(100), false, all);
+        _reject(jobId, 50, all);
         // the epoch is over: no second slash for it
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Open));
         escrow.rejectCheckpoint(jobId, 1, 100, _ckpt(100), again);
@@ -135,7 +309,7 @@ contract AttacksTest is EscrowFixture {
         // nor does epoch 1's decision carry into epoch 2
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongEpoch.selector, 1, 2));
         escrow.rejectCheckpoint(jobId, 1, 100, _ckpt(100), again);
-        _puppetReject(jobId, 50);
+        _reject(jobId, 50, all);
 
         // no third epoch without a third bid
         vm.prank(client);
@@ -145,8 +319,8 @@ contract AttacksTest is EscrowFixture {
         assertEq(_bonded(provider), MIN_STAKE, "provider: exactly 3 - 2 minStake left");
         assertEq(escrow.burned(), 2 * MIN_STAKE, "two epochs, two slashes, burned");
         _clientExits(jobId);
-        assertEq(usdc.balanceOf(client), clientStart, "client: exactly its budget back");
-        _assertPuppetsGotNothing();
+        _puppetsWithdraw();
+        assertEq(_attackerWealth(), attackerStart, "attacker: exactly what it had");
     }
 
     // ------------------------------------------ symptom 2: stake held hostage
@@ -156,13 +330,13 @@ contract AttacksTest is EscrowFixture {
         uint64 latest = uint64(block.timestamp) + MAX_DURATION;
         vm.startPrank(client);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.DeadlineTooFar.selector, latest + 1, uint256(latest)));
-        escrow.createJob(token, BUDGET, 10_000, 400, 50, keccak256("spec"), _verifiers(), 2, latest + 1, GRACE);
+        escrow.createJob(token, BUDGET, 10_000, 400, 50, keccak256("spec"), 3, 2, FEE, latest + 1, GRACE);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.GraceTooLong.selector, MAX_GRACE + 1, MAX_GRACE));
-        escrow.createJob(token, BUDGET, 10_000, 400, 50, keccak256("spec"), _verifiers(), 2, latest, MAX_GRACE + 1);
+        escrow.createJob(token, BUDGET, 10_000, 400, 50, keccak256("spec"), 3, 2, FEE, latest, MAX_GRACE + 1);
         // the longest job allowed: after its deadline + grace anyone ends it
-        uint256 jobId =
-            escrow.createJob(token, BUDGET, 10_000, 400, 50, keccak256("spec"), _verifiers(), 2, latest, MAX_GRACE);
+        uint256 jobId = escrow.createJob(token, BUDGET, 10_000, 400, 50, keccak256("spec"), 3, 2, FEE, latest, MAX_GRACE);
         vm.stopPrank();
+        _draw(jobId);
         _register(provider, MIN_STAKE);
         _assign(jobId, PROVIDER_PK, 1000);
         vm.warp(uint256(latest) + MAX_GRACE);
@@ -249,7 +423,7 @@ contract AttacksTest is EscrowFixture {
         }
         for (uint256 i; i < 3; ++i) {
             uint256 before = _bonded(provider);
-            escrow.rejectCheckpoint(jobs[i], 1, 50, keccak256("junk"), _quorumVotes(jobs[i], 1, 50, keccak256("junk"), false));
+            escrow.rejectCheckpoint(jobs[i], 1, 50, keccak256("junk"), _allVotes(jobs[i], 1, 50, keccak256("junk"), false));
             assertEq(before - _bonded(provider), MIN_STAKE, "slashed exactly minStake");
             assertTrue(_bonded(provider) >= uint256(_live(provider)) * MIN_STAKE, "reservation holds");
         }
@@ -259,26 +433,18 @@ contract AttacksTest is EscrowFixture {
 
     // ------------------------------------- symptom 6: a bid used on other terms
 
-    /// A bid the provider signed over terms it read (here: honest verifiers) is refused for a
-    /// job with the same id, epoch, provider, price and expiry but other terms (the client's
-    /// puppets): the provider is not assigned and nothing of its changes.
+    /// A bid the provider signed over terms it was shown (here: the same job with a
+    /// committee of the client's sybils, as a dishonest node could show it) is refused for the
+    /// job that is on chain, with the same id, epoch, provider, price and expiry: the provider
+    /// is not assigned and nothing of its changes.
     function test_symptom6_bidOverOtherTermsRefused() public {
-        uint256 jobId = _puppetJob();
+        uint256 jobId = _defaultJob();
         _register(provider, MIN_STAKE);
         uint64 expiry = uint64(block.timestamp) + 600;
-        bytes32 read = _expectedTerms(
-            client,
-            address(token),
-            BUDGET,
-            10_000,
-            400,
-            50,
-            keccak256("spec"),
-            _verifiers(),
-            2,
-            uint64(block.timestamp) + DEADLINE_IN,
-            GRACE
-        );
+        TermsInput memory shown = _defaultTerms(jobId);
+        assertEq(_expectedTerms(shown), escrow.termsOf(jobId), "the real terms, recomputed");
+        shown.committee = _puppets();
+        bytes32 read = _expectedTerms(shown);
         assertTrue(read != escrow.termsOf(jobId), "other terms");
         bytes memory bid = _bidSigOver(PROVIDER_PK, jobId, read, 1, 1000, expiry);
         vm.prank(client);
@@ -288,9 +454,9 @@ contract AttacksTest is EscrowFixture {
         assertEq(_bonded(provider), MIN_STAKE, "stake untouched");
     }
 
-    /// The same, with job 1 itself re-created under other terms (as after a reorg, or a
-    /// node showing the provider a job that the chain does not have): the bid the provider
-    /// signed for the job it saw does not assign it to the job that is there.
+    /// The same, with job 1 itself re-created under other terms (as after a reorg): the pool
+    /// is the client's sybils now, so the committee differs. The bid the provider signed for
+    /// the job it saw does not assign it to the job that is there.
     function test_symptom6_sameJobIdRecreatedWithOtherTermsRefusesTheBid() public {
         _register(provider, MIN_STAKE);
         uint64 expiry = uint64(block.timestamp) + 600;
@@ -300,7 +466,13 @@ contract AttacksTest is EscrowFixture {
         bytes32 seenTerms = escrow.termsOf(seen);
 
         vm.revertToState(before);
-        uint256 actual = _puppetJob();
+        _leavePool(v1);
+        _leavePool(v2);
+        _leavePool(v3);
+        _stakePuppet(PUPPET1_PK);
+        _stakePuppet(PUPPET2_PK);
+        _stakePuppet(PUPPET3_PK);
+        uint256 actual = _defaultJob();
         assertEq(actual, seen, "the same job id");
         assertTrue(escrow.termsOf(actual) != seenTerms, "other terms");
         vm.prank(client);
@@ -308,5 +480,167 @@ contract AttacksTest is EscrowFixture {
         escrow.assign(actual, provider, 1000, expiry, bid);
         assertEq(_live(provider), 0, "not assigned");
         assertEq(_bonded(provider), MIN_STAKE, "stake untouched");
+    }
+
+    // ------------------------------- symptom 3: ending the epoch to void an accept
+
+    /// The client sees the accept of step 100 coming and ends the epoch first, by a release or
+    /// by a replacement: the votes still land within the window, and the provider is paid
+    /// exactly every step its verifiers accepted, at its price. The client gains nothing: its
+    /// refund is the budget less exactly those steps and their fees.
+    function test_symptom3_releaseBeforeAcceptStillPays() public {
+        uint256 clientStart = usdc.balanceOf(client);
+        uint256 jobId = _defaultJob();
+        _register(provider, MIN_STAKE);
+        _assign(jobId, PROVIDER_PK, 1000);
+        _accept(jobId, 50, _ckpt(50));
+        bytes[] memory coming = _quorumVotes(jobId, 1, 100, _ckpt(100), true);
+
+        vm.prank(client);
+        escrow.releaseProvider(jobId);
+        escrow.acceptCheckpoint(jobId, 1, 100, _ckpt(100), coming);
+
+        assertEq(escrow.withdrawable(provider, token), 100 * 1000, "both accepted intervals paid");
+        assertEq(_bonded(provider), MIN_STAKE, "stake intact");
+        _clientExits(jobId);
+        assertEq(
+            usdc.balanceOf(client), clientStart - 100 * 1000 - 4 * FEE, "client: budget less the accepted steps and fees"
+        );
+    }
+
+    function test_symptom3_replaceBeforeAcceptStillPays() public {
+        uint256 jobId = _defaultJob();
+        _register(provider, MIN_STAKE);
+        _register(provider2, MIN_STAKE);
+        _assign(jobId, PROVIDER_PK, 1000);
+        bytes[] memory coming = _quorumVotes(jobId, 1, 50, _ckpt(50), true);
+        _assign(jobId, PROVIDER2_PK, 500); // the client's puppet provider, cheaper
+
+        escrow.acceptCheckpoint(jobId, 1, 50, _ckpt(50), coming);
+        assertEq(escrow.withdrawable(provider, token), 50 * 1000, "paid at its own price");
+        // and the replacement cannot be paid for the same steps again
+        JobEscrow.JobView memory j = escrow.getJob(jobId);
+        assertEq(uint256(j.status), uint256(JobEscrow.Status.Open), "the replacement was superseded");
+        assertEq(j.lastAcceptedStep, 50, "head at the paid step");
+    }
+
+    /// Chaining ends cannot shake the record off: ending the replacement epoch too (or a third
+    /// one) leaves epoch 1's record standing, because each epoch has its own.
+    function test_symptom3_chainedReplacementsKeepTheRecord() public {
+        uint256 jobId = _defaultJob();
+        _register(provider, MIN_STAKE);
+        _register(provider2, 2 * MIN_STAKE);
+        _assign(jobId, PROVIDER_PK, 1000);
+        bytes[] memory coming = _quorumVotes(jobId, 1, 50, _ckpt(50), true);
+        _assign(jobId, PROVIDER2_PK, 1000);
+        _assign(jobId, PROVIDER2_PK, 1000);
+        vm.prank(client);
+        escrow.releaseProvider(jobId);
+
+        escrow.acceptCheckpoint(jobId, 1, 50, _ckpt(50), coming);
+        assertEq(escrow.withdrawable(provider, token), 50 * 1000, "epoch 1 paid");
+        assertEq(escrow.withdrawable(provider2, token), 0, "nothing to the others");
+    }
+
+    /// The window does not open a door for the fenced provider: nothing after the next
+    /// checkpoint, nothing after the window.
+    function test_symptom3_fencedProviderPaidNoMore() public {
+        uint256 jobId = _defaultJob();
+        _register(provider, MIN_STAKE);
+        _assign(jobId, PROVIDER_PK, 1000);
+        vm.prank(client);
+        escrow.releaseProvider(jobId);
+        bytes[] memory later = _quorumVotes(jobId, 1, 150, _ckpt(150), true);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.BeyondNextCheckpoint.selector, 150));
+        escrow.acceptCheckpoint(jobId, 1, 150, _ckpt(150), later);
+        vm.warp(block.timestamp + DECISION_WINDOW + 1);
+        bytes[] memory next = _quorumVotes(jobId, 1, 50, _ckpt(50), true);
+        vm.expectPartialRevert(JobEscrow.WindowClosed.selector);
+        escrow.acceptCheckpoint(jobId, 1, 50, _ckpt(50), next);
+        assertEq(escrow.withdrawable(provider, token), 0, "nothing paid");
+    }
+
+    // ------------------------------- symptom 7: verifiers named by the client, unpaid
+
+    /// The committee is drawn from the staked pool by the escrow (exactly the spec's draw over
+    /// the seed block's hash, computed here), and its members are paid from the budget: each
+    /// signer of a decision earns the fee, a member that is silent or votes against earns
+    /// nothing, and the events record who signed. paid + fees + refund == budget, to the unit.
+    function test_symptom7_verifiersDrawnNotNamedAndPaid() public {
+        _stakeVerifier(vm.addr(0xB4), MIN_VERIFIER_STAKE);
+        _stakeVerifier(vm.addr(0xB5), MIN_VERIFIER_STAKE);
+        address[] memory pool = _pool();
+        uint256 clientStart = usdc.balanceOf(client);
+
+        uint256 jobId = _createUndrawn(BUDGET, 10_000, 400, 50);
+        vm.roll(block.number + 1);
+        escrow.drawCommittee(jobId);
+        address[] memory c = escrow.getJob(jobId).committee;
+        address[] memory expected =
+            _expectedCommittee(blockhash(escrow.getJob(jobId).seedBlock), jobId, pool, client, 3);
+        assertEq(keccak256(abi.encode(c)), keccak256(abi.encode(expected)), "drawn, not named");
+
+        _register(provider, MIN_STAKE);
+        _assign(jobId, PROVIDER_PK, 1000);
+        _decideWithDrawnCommittee(jobId, c);
+        escrow.settle(jobId);
+
+        assertEq(escrow.withdrawable(c[0], token), 2 * FEE, "c0 signed both decisions");
+        assertEq(escrow.withdrawable(c[1], token), FEE, "c1: one fee, none for its silence");
+        assertEq(escrow.withdrawable(c[2], token), FEE, "c2: one fee, none for voting against");
+        for (uint256 k; k < pool.length; ++k) {
+            if (!escrow.isVerifier(jobId, pool[k])) assertEq(escrow.withdrawable(pool[k], token), 0, "not drawn, not paid");
+        }
+        uint256 paid = escrow.withdrawable(provider, token);
+        uint256 refund = escrow.withdrawable(client, token);
+        assertEq(paid, 400 * 1000, "every step paid once");
+        assertEq(paid + 4 * FEE + refund, BUDGET, "paid + fees + refund == budget");
+        vm.prank(client);
+        escrow.withdraw(token);
+        assertEq(usdc.balanceOf(client), clientStart - paid - 4 * FEE, "the client paid the work and the fees, no more");
+    }
+
+    function _keyOf(address who) internal view returns (uint256) {
+        uint256[5] memory pks = [V1_PK, V2_PK, V3_PK, uint256(0xB4), uint256(0xB5)];
+        for (uint256 k; k < 5; ++k) {
+            if (vm.addr(pks[k]) == who) return pks[k];
+        }
+        revert("no key");
+    }
+
+    /// @dev Step 50: c0 and c1 accept, c2 votes against (its reject cannot land alone).
+    ///      Step 400: c2 and c0 accept, c1 is silent.
+    function _decideWithDrawnCommittee(uint256 jobId, address[] memory c) internal {
+        uint256[] memory one = new uint256[](1);
+        one[0] = _keyOf(c[2]);
+        bytes[] memory against = _votes(jobId, 1, 50, _ckpt(50), false, one);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.QuorumNotReached.selector, 1, 2));
+        escrow.rejectCheckpoint(jobId, 1, 50, _ckpt(50), against);
+        bytes[] memory sigs = _votes(jobId, 1, 50, _ckpt(50), true, _pks(_keyOf(c[0]), _keyOf(c[1])));
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.CheckpointAccepted(jobId, 1, 50, _ckpt(50), provider, 50 * 1000, 0x3, 2 * FEE);
+        escrow.acceptCheckpoint(jobId, 1, 50, _ckpt(50), sigs);
+        sigs = _votes(jobId, 1, 400, _ckpt(400), true, _pks(_keyOf(c[2]), _keyOf(c[0])));
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.CheckpointAccepted(jobId, 1, 400, _ckpt(400), provider, 350 * 1000, 0x5, 2 * FEE);
+        escrow.acceptCheckpoint(jobId, 1, 400, _ckpt(400), sigs);
+    }
+
+    /// The client cannot pick who gets paid by re-rolling the draw: there is no cancel while
+    /// drawing, a second draw is refused, and the only way out before the deadline is to
+    /// leave its budget locked until deadline + grace.
+    function test_symptom7_noRerollOfTheDraw() public {
+        uint256 jobId = _createUndrawn(BUDGET, 10_000, 400, 50);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.SeedNotMined.selector, uint64(block.number)));
+        escrow.drawCommittee(jobId);
+        JobEscrow.JobView memory j = escrow.getJob(jobId);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.TooEarly.selector, uint256(j.deadline) + j.grace));
+        escrow.expire(jobId);
+        _draw(jobId);
+        address[] memory first = escrow.getJob(jobId).committee;
+        vm.roll(block.number + 1);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongStatus.selector, JobEscrow.Status.Open));
+        escrow.drawCommittee(jobId);
+        assertEq(keccak256(abi.encode(escrow.getJob(jobId).committee)), keccak256(abi.encode(first)), "fixed");
     }
 }

@@ -44,6 +44,9 @@ pub enum Fault {
     WrongOrder,
     /// A byzantine verifier: vote reject on every checkpoint, whatever its quality test says.
     RejectAll,
+    /// A hostile client: never submit the accept of a checkpoint; end the provider's epoch
+    /// instead once a quorum has accepted (the escrow's decision window still pays it).
+    WithholdPay,
 }
 
 impl Fault {
@@ -52,6 +55,7 @@ impl Fault {
         match self {
             Fault::Junk | Fault::Stale | Fault::Nan | Fault::WrongOrder => Role::Provider,
             Fault::RejectAll => Role::Verifier,
+            Fault::WithholdPay => Role::Client,
         }
     }
 }
@@ -183,8 +187,8 @@ pub struct NodeArgs {
     #[arg(long, env = "GPUCHAIN_DETECTOR_TIMEOUT_MS", value_name = "MS")]
     pub detector_timeout_ms: Option<u64>,
 
-    /// TESTING ONLY: make this provider cheat in the given way, to see it refused and
-    /// slashed. Never set by default.
+    /// TESTING ONLY: make this node cheat in the given way (a provider's junk, a verifier's
+    /// rejects, a client's withheld pay), to see the network refuse it. Never set by default.
     #[arg(long, env = "GPUCHAIN_FAULT", value_enum, value_name = "KIND")]
     pub fault: Option<Fault>,
 
@@ -251,23 +255,24 @@ pub struct SubmitArgs {
     /// Highest price per step accepted from a provider, in tokens (e.g. `0.003`).
     #[arg(long, value_name = "AMOUNT", allow_negative_numbers = true)]
     pub max_price: String,
-    /// Verifier addresses, comma-separated.
-    #[arg(long, value_delimiter = ',', required = true, value_name = "ADDRESS")]
-    pub verifiers: Vec<String>,
-    /// Votes needed to accept or reject a checkpoint.
+    /// How many verifiers the escrow draws from its pool to judge the job (2–32). The client
+    /// never picks them: no client can seat verifiers of its own.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub committee: u8,
+    /// Votes needed to accept or reject a checkpoint: a strict majority of the committee.
+    /// Default: the smallest one.
     #[arg(long)]
-    pub quorum: u8,
+    pub quorum: Option<u8>,
+    /// What each committee member that signs a decision earns, in tokens (e.g. `0.001`),
+    /// out of the budget. Members that vote against the outcome or not at all earn nothing.
+    #[arg(long, default_value = "0.001", value_name = "AMOUNT")]
+    pub verifier_fee: String,
     /// Seconds from now until the job's deadline.
     #[arg(long, default_value_t = 3600, value_name = "SECS")]
     pub deadline: u64,
     /// Seconds after the deadline before anyone may expire the job and refund it.
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     pub grace: u64,
-    /// Accept verifier addresses that no peer of the node has announced as a verifier yet
-    /// (verifiers that will come online later). Without it such an address is refused: the
-    /// job would wait out its deadline with no one to vote.
-    #[arg(long)]
-    pub allow_unknown_verifiers: bool,
     #[command(flatten)]
     pub node: NodeRef,
 }
@@ -319,6 +324,20 @@ pub enum ProviderCommand {
     WithdrawStake(WithdrawArgs),
 }
 
+#[derive(Debug, Subcommand)]
+pub enum VerifierCommand {
+    /// Stake tokens into the escrow's verifier pool: once the stake reaches the escrow's
+    /// minimum, committees may be drawn from this key.
+    Register(RegisterArgs),
+    /// This key's verifier stake, pool seat, fees and record (decisions signed with the
+    /// outcome or not).
+    Status(ProviderStatusArgs),
+    /// Start unbonding verifier stake (below the minimum the key leaves the pool).
+    Unbond(UnbondArgs),
+    /// Take back unbonded verifier stake once the escrow's delay has passed.
+    WithdrawStake(WithdrawArgs),
+}
+
 #[derive(Debug, Args)]
 pub struct ResignArgs {
     /// The job whose live epoch this key holds.
@@ -359,6 +378,10 @@ pub struct ProviderStatusArgs {
     pub chain: ChainArgs,
     #[arg(long)]
     pub json: bool,
+    /// Read the escrow's record (the key's epochs or decisions) from this block on (the
+    /// escrow's deployment block or earlier; RPCs that cap log ranges need it).
+    #[arg(long, default_value_t = 0, value_name = "BLOCK")]
+    pub from_block: u64,
 }
 
 #[derive(Debug, Args)]

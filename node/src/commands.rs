@@ -1,4 +1,5 @@
-//! The one-shot subcommands: `job submit|status`, `provider register|status`, `withdraw`.
+//! The one-shot subcommands: `job submit|status`, `provider register|status|…`,
+//! `verifier register|status|…`, `withdraw`.
 //! `job submit` goes through a running client node (it must stay up to run the job); the
 //! others talk to the chain directly with the node's key.
 
@@ -12,7 +13,8 @@ use gpuchain_protocol::{Address, U256};
 use serde_json::{Value, json};
 
 use crate::cli::{
-    ChainArgs, JobCommand, KeyArgs, NodeRef, ProviderCommand, StatusArgs, SubmitArgs, WithdrawArgs,
+    ChainArgs, JobCommand, KeyArgs, NodeRef, ProviderCommand, StatusArgs, SubmitArgs,
+    VerifierCommand, WithdrawArgs,
 };
 use crate::config::{TOKEN_DECIMALS, parse_amount, read_keystore_password};
 
@@ -104,11 +106,9 @@ async fn submit(a: SubmitArgs) -> Result<()> {
     })?;
     let budget = parse_amount(&a.budget, TOKEN_DECIMALS, "--budget")?;
     let max_price = parse_amount(&a.max_price, TOKEN_DECIMALS, "--max-price")?;
-    let verifiers = a
-        .verifiers
-        .iter()
-        .map(|v| parse_address(v, "--verifiers"))
-        .collect::<Result<Vec<_>>>()?;
+    let verifier_fee = parse_amount(&a.verifier_fee, TOKEN_DECIMALS, "--verifier-fee")?;
+    // the smallest strict majority unless told otherwise
+    let quorum = a.quorum.unwrap_or(a.committee / 2 + 1);
     let spec_path = std::path::absolute(&a.spec)
         .with_context(|| format!("bad --spec path {}", a.spec.display()))?;
     if !spec_path.is_file() {
@@ -123,13 +123,14 @@ async fn submit(a: SubmitArgs) -> Result<()> {
         max_price_per_step: max_price,
         total_steps: file.total_steps,
         checkpoint_interval: file.checkpoint_interval,
-        verifiers: verifiers.clone(),
-        quorum: a.quorum,
+        committee_size: a.committee,
+        quorum,
+        verifier_fee,
         deadline: a.deadline,
         now: 0,
         grace: a.grace,
         // the node checks these against the chain's own figures
-        client: None,
+        available_verifiers: None,
         limits: None,
         decimals: TOKEN_DECIMALS,
     })
@@ -138,11 +139,11 @@ async fn submit(a: SubmitArgs) -> Result<()> {
         "spec_path": spec_path,
         "budget": budget,
         "max_price_per_step": max_price,
-        "verifiers": verifiers,
-        "quorum": a.quorum,
+        "committee_size": a.committee,
+        "quorum": quorum,
+        "verifier_fee": verifier_fee,
         "deadline_secs": a.deadline,
         "grace_secs": a.grace,
-        "allow_unknown_verifiers": a.allow_unknown_verifiers,
     });
     eprintln!(
         "submitting {} (packing data, approving, createJob)…",
@@ -173,9 +174,9 @@ async fn status(a: StatusArgs) -> Result<()> {
     let chain = connect(&a.chain, None).await?;
     let v = chain.job(job_id).await?;
     // The figures come from the escrow's events for this job, not from deposit − remaining
-    // (which counts a refund as paid). `JobEscrow` charges no verifier fees, so there is no
-    // fee line.
+    // (which counts a refund as paid).
     let money = chain.job_money(job_id, a.from_block).await?;
+    let record = chain.chain_record(a.from_block).await?;
     let tokens = |raw: U256| format_tokens(raw, TOKEN_DECIMALS);
     let per_account = |m: &std::collections::BTreeMap<Address, U256>| -> Value {
         m.iter()
@@ -206,9 +207,21 @@ async fn status(a: StatusArgs) -> Result<()> {
         "last_checkpoint": v.lastCheckpointHash.to_string(),
         "deadline": v.deadline,
         "grace": v.grace,
+        "committee": v.committee.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "quorum": v.quorum,
+        "verifier_fee": tokens(v.verifierFee),
+        // what the chain says of the people this job depends on
+        "provider_record": serde_json::to_value(record.provider(&v.provider))?,
+        "committee_record": v
+            .committee
+            .iter()
+            .map(|m| Ok((m.to_string(), serde_json::to_value(record.verifier(m))?)))
+            .collect::<Result<serde_json::Map<_, _>>>()?,
         "budget": tokens(v.deposit),
         "paid": per_account(&money.paid),
         "paid_total": tokens(money.paid_total()),
+        "verifier_fees": per_account(&money.fees),
+        "fees_total": tokens(money.fees_total()),
         "slashed_stake": per_account(&money.slashed),
         "refunded": tokens(money.refunded),
         "remaining": tokens(v.remaining),
@@ -232,6 +245,8 @@ async fn status(a: StatusArgs) -> Result<()> {
                 "budget",
                 "paid",
                 "paid_total",
+                "verifier_fees",
+                "fees_total",
                 "slashed_stake",
                 "refunded",
                 "remaining",
@@ -292,6 +307,7 @@ pub fn run_provider(cmd: ProviderCommand) -> Result<()> {
                 let me = chain.address();
                 let stake = chain.stake_of(me).await?;
                 let w = chain.withdrawable(me, chain.token()).await?;
+                let record = chain.chain_record(a.from_block).await?.provider(&me);
                 let mut out = json!({
                     "address": me.to_string(),
                     "bonded": format_tokens(stake.bonded, TOKEN_DECIMALS),
@@ -299,6 +315,10 @@ pub fn run_provider(cmd: ProviderCommand) -> Result<()> {
                     "unbonding": format_tokens(stake.unbonding, TOKEN_DECIMALS),
                     "unbond_at": stake.unbond_at,
                     "withdrawable": format_tokens(w, TOKEN_DECIMALS),
+                    // what clients rank this key's bids by
+                    "record": serde_json::to_value(record)?,
+                    "reputation_score": record.score(),
+                    "excluded_by_clients": record.is_excluded(),
                 });
                 // The node of that data dir, if it is running, says which bids it refused.
                 let running = NodeRef {
@@ -354,6 +374,93 @@ pub fn run_provider(cmd: ProviderCommand) -> Result<()> {
                 let out = chain.withdraw_stake().await?;
                 println!(
                     "{} withdrew {} of stake in tx {}",
+                    chain.address(),
+                    format_tokens(before.unbonding, TOKEN_DECIMALS),
+                    out.hash
+                );
+                Ok(())
+            }
+        }
+    })
+}
+
+pub fn run_verifier(cmd: VerifierCommand) -> Result<()> {
+    runtime()?.block_on(async {
+        match cmd {
+            VerifierCommand::Register(a) => {
+                let amount = parse_amount(&a.stake, TOKEN_DECIMALS, "--stake")?;
+                let chain = connect(&a.chain, Some(signer(&a.key)?)).await?;
+                let out = chain.register_verifier(amount).await?;
+                let stake = chain.verifier_stake_of(chain.address()).await?;
+                let min = chain.min_verifier_stake().await?;
+                println!(
+                    "{} staked {} as a verifier (total {}, {}) in tx {}",
+                    chain.address(),
+                    format_tokens(amount, TOKEN_DECIMALS),
+                    format_tokens(stake.bonded, TOKEN_DECIMALS),
+                    if stake.pooled {
+                        "in the pool committees are drawn from".to_string()
+                    } else {
+                        format!(
+                            "not in the pool yet: it needs {}",
+                            format_tokens(min, TOKEN_DECIMALS)
+                        )
+                    },
+                    out.hash
+                );
+                Ok(())
+            }
+            VerifierCommand::Status(a) => {
+                let chain = connect(&a.chain, Some(signer(&a.key)?)).await?;
+                let me = chain.address();
+                let stake = chain.verifier_stake_of(me).await?;
+                let w = chain.withdrawable(me, chain.token()).await?;
+                let record = chain.chain_record(a.from_block).await?.verifier(&me);
+                let out = json!({
+                    "address": me.to_string(),
+                    "bonded": format_tokens(stake.bonded, TOKEN_DECIMALS),
+                    "pooled": stake.pooled,
+                    "unbonding": format_tokens(stake.unbonding, TOKEN_DECIMALS),
+                    "unbond_at": stake.unbond_at,
+                    "withdrawable": format_tokens(w, TOKEN_DECIMALS),
+                    "committee_seats": record.seats,
+                    "decisions_with_outcome": record.with_outcome,
+                    // against the outcome or silent: no fee either way
+                    "decisions_without": record.without_outcome,
+                    "fees_earned": format_tokens(record.fees, TOKEN_DECIMALS),
+                });
+                if a.json {
+                    println!("{out:#}");
+                } else {
+                    print_fields(&out);
+                }
+                Ok(())
+            }
+            VerifierCommand::Unbond(a) => {
+                let amount = parse_amount(&a.amount, TOKEN_DECIMALS, "--amount")?;
+                let chain = connect(&a.chain, Some(signer(&a.key)?)).await?;
+                let out = chain.request_verifier_unbond(amount).await?;
+                let stake = chain.verifier_stake_of(chain.address()).await?;
+                println!(
+                    "{} unbonding {} of verifier stake (withdrawable from block time {}; {}) in tx {}",
+                    chain.address(),
+                    format_tokens(stake.unbonding, TOKEN_DECIMALS),
+                    stake.unbond_at,
+                    if stake.pooled {
+                        "still in the pool"
+                    } else {
+                        "out of the pool"
+                    },
+                    out.hash
+                );
+                Ok(())
+            }
+            VerifierCommand::WithdrawStake(a) => {
+                let chain = connect(&a.chain, Some(signer(&a.key)?)).await?;
+                let before = chain.verifier_stake_of(chain.address()).await?;
+                let out = chain.withdraw_verifier_stake().await?;
+                println!(
+                    "{} withdrew {} of verifier stake in tx {}",
                     chain.address(),
                     format_tokens(before.unbonding, TOKEN_DECIMALS),
                     out.hash

@@ -218,7 +218,8 @@ impl NodeConfig {
         {
             let role = match f.role() {
                 Role::Verifier => "verifier",
-                _ => "provider",
+                Role::Client => "client",
+                Role::Provider => "provider",
             };
             bail!("--fault {f:?} makes a {role} cheat; it needs --role {role}");
         }

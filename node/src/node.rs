@@ -107,7 +107,10 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                         crate::cli::Role::Verifier => format!(
                             "TESTING: this verifier will vote reject on everything ({fault:?}); a quorum must outvote it"
                         ),
-                        _ => format!(
+                        crate::cli::Role::Client => format!(
+                            "TESTING: this client will withhold pay ({fault:?}): it ends each epoch instead of landing its accepts"
+                        ),
+                        crate::cli::Role::Provider => format!(
                             "TESTING: this provider will cheat ({fault:?}) and should be refused and slashed"
                         ),
                     },

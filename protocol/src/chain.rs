@@ -8,11 +8,11 @@ use crate::signing::Sig65;
 use crate::types::{Epoch, Hash, JobId, Step};
 
 /// `EpochEnded.reason`. Codes follow the escrow's enum; unknown codes are kept, not dropped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EpochEndReason {
-    /// A new `assign` fenced this epoch.
+    /// A new `assign` fenced this epoch (a late accept of it may still land in the window).
     Replaced,
-    /// The client called `releaseProvider`.
+    /// The client called `releaseProvider` (a late accept may still land in the window).
     Released,
     /// A quorum rejected a checkpoint.
     Rejected,
@@ -22,6 +22,9 @@ pub enum EpochEndReason {
     Expired,
     /// The provider called `resign`: no slash, its unaccepted steps unpaid.
     Resigned,
+    /// A late accept of an epoch the client had ended moved the job's head past this
+    /// epoch's start: it ends unslashed and the job goes on from the new head.
+    Superseded,
     Other(u8),
 }
 
@@ -34,13 +37,33 @@ impl EpochEndReason {
             3 => EpochEndReason::Completed,
             4 => EpochEndReason::Expired,
             5 => EpochEndReason::Resigned,
+            6 => EpochEndReason::Superseded,
             c => EpochEndReason::Other(c),
         }
+    }
+
+    pub fn code(self) -> u8 {
+        match self {
+            EpochEndReason::Replaced => 0,
+            EpochEndReason::Released => 1,
+            EpochEndReason::Rejected => 2,
+            EpochEndReason::Completed => 3,
+            EpochEndReason::Expired => 4,
+            EpochEndReason::Resigned => 5,
+            EpochEndReason::Superseded => 6,
+            EpochEndReason::Other(c) => c,
+        }
+    }
+
+    /// The client ended the epoch: the escrow keeps a record of it for a late accept.
+    pub fn by_client(self) -> bool {
+        matches!(self, EpochEndReason::Replaced | EpochEndReason::Released)
     }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChainEvent {
+    /// The job exists and its budget is escrowed; it waits in `Drawing` for its committee.
     JobCreated {
         job_id: JobId,
         client: Address,
@@ -50,10 +73,27 @@ pub enum ChainEvent {
         total_steps: Step,
         checkpoint_interval: Step,
         spec_hash: Hash,
-        verifiers: Vec<Address>,
+        committee_size: u8,
         quorum: u8,
+        /// Paid per decision to each committee member whose signature is in it.
+        verifier_fee: U256,
         deadline: u64,
         grace: u64,
+        /// The block whose hash seeds the committee draw.
+        seed_block: u64,
+    },
+    /// The seed block's hash was gone (over 256 blocks old): the draw is seeded by this
+    /// block instead, and must be asked for again.
+    CommitteeSeedMoved {
+        job_id: JobId,
+        seed_block: u64,
+    },
+    /// The escrow drew the committee (in draw order: `voters` bits index it) and fixed the
+    /// job's terms, what every bid signs. The job is open for bids from now on.
+    CommitteeDrawn {
+        job_id: JobId,
+        committee: Vec<Address>,
+        terms: Hash,
     },
     ProviderAssigned {
         job_id: JobId,
@@ -69,6 +109,7 @@ pub enum ChainEvent {
         epoch: Epoch,
         reason: EpochEndReason,
     },
+    /// `epoch` may be one that ended already: a late accept within the decision window.
     CheckpointAccepted {
         job_id: JobId,
         epoch: Epoch,
@@ -76,6 +117,10 @@ pub enum ChainEvent {
         checkpoint_hash: Hash,
         provider: Address,
         amount: U256,
+        /// Bit i set: `committee[i]` signed this decision (and earned a fee).
+        voters: U256,
+        /// `verifier_fee` × signers, taken from the budget.
+        fees: U256,
     },
     CheckpointRejected {
         job_id: JobId,
@@ -83,7 +128,11 @@ pub enum ChainEvent {
         step: Step,
         checkpoint_hash: Hash,
         provider: Address,
+        /// Non-zero only when every committee member signed the reject.
         slashed: U256,
+        voters: U256,
+        /// Zero when the budget had no slack for them.
+        fees: U256,
     },
     JobCompleted {
         job_id: JobId,
@@ -93,7 +142,8 @@ pub enum ChainEvent {
         job_id: JobId,
         refund: U256,
     },
-    /// `settle` credited a completed job's unspent budget to its client.
+    /// `settle` credited a completed job's unspent budget to its client (and its fees to
+    /// its committee).
     JobSettled {
         job_id: JobId,
         client: Address,
@@ -105,6 +155,8 @@ impl ChainEvent {
     pub fn job_id(&self) -> JobId {
         match self {
             ChainEvent::JobCreated { job_id, .. }
+            | ChainEvent::CommitteeSeedMoved { job_id, .. }
+            | ChainEvent::CommitteeDrawn { job_id, .. }
             | ChainEvent::ProviderAssigned { job_id, .. }
             | ChainEvent::EpochEnded { job_id, .. }
             | ChainEvent::CheckpointAccepted { job_id, .. }
@@ -115,36 +167,10 @@ impl ChainEvent {
         }
     }
 
-    /// A `JobCreated`'s terms hash (what bids are signed over); `None` for other events.
-    pub fn terms_hash(&self) -> Option<Hash> {
-        if !matches!(self, ChainEvent::JobCreated { .. }) {
-            return None;
-        }
-        let remembered = TERMS.with(|c| {
-            c.borrow()
-                .get(&self.job_id())
-                .filter(|(event, _)| event == self)
-                .map(|(_, hash)| *hash)
-        });
-        if remembered.is_some() {
-            return remembered;
-        }
-        let hash = self.terms_hash_uncached();
-        if let Some(h) = hash {
-            TERMS.with(|c| {
-                let mut c = c.borrow_mut();
-                // Forgetting everything at once is crude but bounded and cheap: a job's
-                // look-ups come together, while its offer is out.
-                if c.len() >= TERMS_CACHE {
-                    c.clear();
-                }
-                c.insert(self.job_id(), (self.clone(), h));
-            });
-        }
-        hash
-    }
-
-    fn terms_hash_uncached(&self) -> Option<Hash> {
+    /// The terms hash a `JobCreated` gets once `committee` is drawn for it: what a provider
+    /// signs, recomputed from what it read rather than taken from `CommitteeDrawn`, so its
+    /// bid is good only for the job it vetted. `None` for other events.
+    pub fn terms_with(&self, committee: &[Address]) -> Option<Hash> {
         let ChainEvent::JobCreated {
             client,
             token,
@@ -153,8 +179,8 @@ impl ChainEvent {
             total_steps,
             checkpoint_interval,
             spec_hash,
-            verifiers,
             quorum,
+            verifier_fee,
             deadline,
             grace,
             ..
@@ -171,8 +197,9 @@ impl ChainEvent {
                 total_steps: *total_steps,
                 checkpoint_interval: *checkpoint_interval,
                 spec_hash: *spec_hash,
-                verifiers,
+                committee,
                 quorum: *quorum,
+                verifier_fee: *verifier_fee,
                 deadline: *deadline,
                 grace: *grace,
             }
@@ -181,17 +208,9 @@ impl ChainEvent {
     }
 }
 
-/// Terms hashes remembered per thread, by the `JobCreated` they were computed from. Every
-/// provider an offer reaches reads the job's `JobCreated` and hashes its terms (two
-/// keccaks): dozens of times the same event in the simulator, where each provider of a
-/// node-sized swarm runs in one process. A pure function of the event (compared in full),
-/// so answering from memory changes no result.
-const TERMS_CACHE: usize = 4096;
-
-type RememberedTerms = std::collections::HashMap<JobId, (ChainEvent, Hash)>;
-
-std::thread_local! {
-    static TERMS: std::cell::RefCell<RememberedTerms> = std::cell::RefCell::new(RememberedTerms::new());
+/// Whether bit `index` of a decision's `voters` is set: `committee[index]` signed it.
+pub fn voted(voters: U256, index: usize) -> bool {
+    index < 256 && voters.bit(index)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,10 +222,16 @@ pub enum ChainTx {
         total_steps: Step,
         checkpoint_interval: Step,
         spec_hash: Hash,
-        verifiers: Vec<Address>,
+        committee_size: u8,
         quorum: u8,
+        verifier_fee: U256,
         deadline: u64,
         grace: u64,
+    },
+    /// Draws the committee of a job in `Drawing` (anyone may call it, from the block after
+    /// the seed block on).
+    DrawCommittee {
+        job_id: JobId,
     },
     Assign {
         job_id: JobId,
@@ -218,7 +243,7 @@ pub enum ChainTx {
     ReleaseProvider {
         job_id: JobId,
     },
-    /// `sigs` are ordered by ascending signer address, so the escrow can refuse repeats cheaply.
+    /// `sigs` are ordered by ascending signer address (the escrow takes any order).
     AcceptCheckpoint {
         job_id: JobId,
         epoch: Epoch,
@@ -240,7 +265,8 @@ pub enum ChainTx {
     Resign {
         job_id: JobId,
     },
-    /// Credits a completed job's unspent budget to its client (anyone may call it).
+    /// Credits a completed job's unspent budget to its client and the fees to its
+    /// committee (anyone may call it, once).
     Settle {
         job_id: JobId,
     },
@@ -252,48 +278,3 @@ pub enum ChainTx {
 /// Correlates a submitted transaction with a later [`crate::Input::TxFailed`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TxId(pub u64);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn created(job: u64, grace: u64) -> ChainEvent {
-        ChainEvent::JobCreated {
-            job_id: JobId::from(job),
-            client: Address::repeat_byte(1),
-            token: Address::repeat_byte(2),
-            budget: U256::from(5_000_000),
-            max_price_per_step: U256::from(3_000),
-            total_steps: 400,
-            checkpoint_interval: 50,
-            spec_hash: Hash::repeat_byte(3),
-            verifiers: vec![Address::repeat_byte(4), Address::repeat_byte(5)],
-            quorum: 2,
-            deadline: 10_000,
-            grace,
-        }
-    }
-
-    /// A remembered terms hash is handed back only for the very event it was computed from:
-    /// another `JobCreated` under the same job id (another escrow, a reorg) gets its own.
-    #[test]
-    fn remembered_terms_answer_only_their_own_event() {
-        let (a, b) = (created(7, 60), created(7, 61));
-        for e in [&a, &b, &a, &b] {
-            assert_eq!(e.terms_hash(), e.terms_hash_uncached());
-        }
-        assert_ne!(a.terms_hash(), b.terms_hash());
-        // Past the bound the memory starts over and still answers correctly.
-        for job in 0..(TERMS_CACHE as u64 + 10) {
-            let e = created(job, 60);
-            assert_eq!(e.terms_hash(), e.terms_hash_uncached());
-        }
-        assert_eq!(a.terms_hash(), a.terms_hash_uncached());
-        let other = ChainEvent::JobSettled {
-            job_id: JobId::from(7),
-            client: Address::repeat_byte(1),
-            refund: U256::ZERO,
-        };
-        assert_eq!(other.terms_hash(), None);
-    }
-}

@@ -1,15 +1,24 @@
-//! The client/coordinator: publishes the offer, collects bids, assigns by price, reputation and
-//! hardware fit, watches heartbeats, reassigns on loss or rejection, and submits a checkpoint
-//! decision once a verifier quorum has voted.
+//! The client/coordinator: has the escrow draw the job's committee, publishes the offer,
+//! collects bids, assigns by price, reputation and hardware fit, watches heartbeats, reassigns
+//! on loss or rejection, and submits a checkpoint decision once a quorum of the committee has
+//! voted.
 //!
 //! ```text
-//!  JobCreated ──> Bidding ──(window over, best bid)──> Assigning ──ProviderAssigned──> Running
-//!                   ^  └─(no usable bid: re-offer)─┘       │ TxFailed / assign_timeout    │
-//!                   └──────────────────────────────────────┴───── lost / rejected / released
+//!  JobCreated ──submit drawCommittee──> Drawing ──CommitteeDrawn / publish JobOffer──> Bidding
+//!    Drawing ──TxFailed, timeout, CommitteeSeedMoved──> Drawing (submit drawCommittee again)
+//!  Bidding ──(window over, best bid)──> Assigning ──ProviderAssigned──> Running
+//!    ^  └─(no usable bid: re-offer)─┘       │ TxFailed / assign_timeout    │
+//!    └──────────────────────────────────────┴──── lost / rejected / released / superseded
 //!  Running ──(last step accepted | JobCompleted | JobExpired)──> Finished
 //! ```
 //! Reassignment first tries the standby bids providers sent for the next epoch, so a failover
 //! needs no bidding round.
+//!
+//! A quorum of accepts is submitted at once. A quorum of rejects waits up to
+//! [`REJECT_FULL_WAIT`] for the rest of the committee, because the escrow slashes only a
+//! unanimous reject; it goes as soon as every member's reject is in, and with what it has
+//! when the wait is over. A late accept of an epoch this client ended (the escrow's decision
+//! window) may end the live epoch as `Superseded`: the job is reassigned from the new head.
 //!
 //! One file on purpose, though long: the client is one state machine whose phases share the
 //! job table, and its transitions read best in one place, beside the diagram above.
@@ -20,6 +29,7 @@ use std::time::Duration;
 use alloy_primitives::{Address, U256};
 
 use crate::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
+use crate::chain_record::ChainRecord;
 use crate::detector::{DetectorConfig, FailureDetector};
 use crate::eip712::EscrowDomain;
 use crate::io::{Input, Notice, Output, Passed, StateMachine};
@@ -40,8 +50,18 @@ const MAX_BID_EPOCH_LEAD: Epoch = 2;
 /// Anyone can make a key and bid, so the bid book per job is bounded; the chain refuses
 /// unstaked providers anyway.
 const MAX_BIDS_PER_JOB: usize = 256;
-/// Bound on open vote tallies per job: even listed verifiers must not grow our memory at will.
+/// Bound on open vote tallies per job: even committee members must not grow our memory at
+/// will.
 const MAX_TALLIES_PER_JOB: usize = 1024;
+
+/// How long a quorum of rejects waits for the rest of the committee's rejects: the escrow
+/// slashes only when every member signed, and a reject without the slash lets a provider
+/// that returned junk keep its stake. Short, because the epoch is stalled meanwhile.
+pub const REJECT_FULL_WAIT: Duration = Duration::from_secs(2);
+
+/// How long after a failed `drawCommittee` the client asks again (the seed block not mined
+/// yet, a pool that shrank below the committee size).
+pub const DRAW_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -57,6 +77,10 @@ pub struct ClientConfig {
     pub assign_timeout: Duration,
     /// Fetching the client's own copy of each announced checkpoint.
     pub copy_retry: RetryPolicy,
+    /// How long a reject quorum waits for the whole committee ([`REJECT_FULL_WAIT`]).
+    pub reject_full_wait: Duration,
+    /// The wait before asking for a draw again after one failed ([`DRAW_RETRY_AFTER`]).
+    pub draw_retry: Duration,
 }
 
 impl ClientConfig {
@@ -68,6 +92,8 @@ impl ClientConfig {
             bid_expiry_margin_secs: 12,
             assign_timeout: Duration::from_secs(30),
             copy_retry: crate::retry::BLOB_FETCH,
+            reject_full_wait: REJECT_FULL_WAIT,
+            draw_retry: DRAW_RETRY_AFTER,
         }
     }
 }
@@ -76,16 +102,26 @@ impl ClientConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobParams {
     pub token: Address,
+    /// At least [`crate::escrow::cost_bound`] of the whole job.
     pub budget: U256,
     pub max_price_per_step: U256,
-    pub verifiers: Vec<Address>,
+    /// Seats the escrow draws from its verifier pool (2 to 32).
+    pub committee_size: u8,
+    /// A strict majority of `committee_size`.
     pub quorum: u8,
+    /// Paid per decision to each member whose signature is in it.
+    pub verifier_fee: U256,
     pub deadline: u64,
     pub grace: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
+    /// Waiting for the escrow to draw the committee; `drawCommittee` is asked for (again)
+    /// at `until`.
+    Drawing {
+        until: Time,
+    },
     Bidding {
         until: Time,
     },
@@ -109,18 +145,23 @@ pub struct JobStatus {
     pub last_accepted_hash: Hash,
     pub last_reported_step: Step,
     pub excluded: Vec<Address>,
+    /// The drawn committee (empty while drawing).
+    pub committee: Vec<Address>,
 }
 
 #[derive(Clone, Debug, Default)]
 struct Tally {
     accepts: BTreeMap<Address, Sig65>,
     rejects: BTreeMap<Address, Sig65>,
+    /// A reject quorum is in: submitted at this time if the whole committee has not
+    /// rejected before.
+    reject_due: Option<Time>,
 }
 
 #[derive(Clone, Debug)]
 struct ClientJob {
     spec_hash: Hash,
-    /// What bids must be signed over (`JobEscrow.termsOf`).
+    /// What bids must be signed over (`JobEscrow.termsOf`); zero until the draw.
     terms: Hash,
     /// Completed with budget left that no `settle` has credited yet.
     unsettled: bool,
@@ -128,7 +169,8 @@ struct ClientJob {
     total_steps: Step,
     interval: Step,
     max_price: U256,
-    verifiers: Vec<Address>,
+    /// Empty until `CommitteeDrawn`.
+    committee: Vec<Address>,
     quorum: u8,
     epoch: Epoch,
     provider: Option<Address>,
@@ -157,6 +199,9 @@ enum PendingTx {
         epoch: Epoch,
         step: Step,
     },
+    Draw {
+        job_id: JobId,
+    },
     Other,
 }
 
@@ -170,6 +215,10 @@ pub struct Client {
     /// walking every finished one on each timer made a long run slower by the day.
     live: BTreeSet<JobId>,
     reputation: Reputation,
+    /// Every job's record on chain, read by bid choice.
+    record: ChainRecord,
+    /// Reject quorums waiting for the whole committee, by due time.
+    reject_timers: BTreeSet<(Time, JobId, (Epoch, Step, Hash))>,
     block_time: u64,
     next_tx: u64,
     pending: BTreeMap<TxId, PendingTx>,
@@ -195,6 +244,8 @@ impl Client {
             jobs: BTreeMap::new(),
             live: BTreeSet::new(),
             reputation: Reputation::default(),
+            record: ChainRecord::default(),
+            reject_timers: BTreeSet::new(),
             block_time: 0,
             next_tx: 0,
             pending: BTreeMap::new(),
@@ -236,6 +287,7 @@ impl Client {
                     }
                     continue;
                 }
+                Phase::Drawing { .. } => c.request_draw(now, job_id),
                 Phase::Running => {
                     job.detector = Some(FailureDetector::new(c.config.detector, now));
                 }
@@ -255,8 +307,14 @@ impl Client {
         self.key.address()
     }
 
+    /// This client's own observations of providers (losses it noticed, on its jobs).
     pub fn reputation(&self) -> &Reputation {
         &self.reputation
+    }
+
+    /// Every job's record on chain, as this client has read it.
+    pub fn chain_record(&self) -> &ChainRecord {
+        &self.record
     }
 
     pub fn job_status(&self, job_id: JobId) -> Option<JobStatus> {
@@ -269,11 +327,13 @@ impl Client {
             last_accepted_hash: j.last_accepted_hash,
             last_reported_step: j.last_reported_step,
             excluded: j.excluded.iter().copied().collect(),
+            committee: j.committee.clone(),
         })
     }
 
-    /// Starts a job: remembers its spec and submits `createJob`. The offer goes out when the
-    /// chain confirms with `JobCreated` (only then is there a job id to bid on).
+    /// Starts a job: remembers its spec and submits `createJob`. The draw is asked for when
+    /// the chain confirms with `JobCreated`, and the offer goes out when the committee is
+    /// drawn (only then are there terms to bid on).
     pub fn create_job(&mut self, spec: JobSpec, params: JobParams) -> TxId {
         let spec_hash = spec.spec_hash();
         let tx = ChainTx::CreateJob {
@@ -283,8 +343,9 @@ impl Client {
             total_steps: spec.total_steps,
             checkpoint_interval: spec.checkpoint_interval,
             spec_hash,
-            verifiers: params.verifiers,
+            committee_size: params.committee_size,
             quorum: params.quorum,
+            verifier_fee: params.verifier_fee,
             deadline: params.deadline,
             grace: params.grace,
         };
@@ -363,7 +424,7 @@ impl Client {
             next_epoch: job.epoch.saturating_add(1),
             spec,
             max_price_per_step: job.max_price,
-            verifiers: job.verifiers.clone(),
+            committee: job.committee.clone(),
             quorum: job.quorum,
             signature: Sig65::ZERO,
         }
@@ -374,8 +435,11 @@ impl Client {
         });
     }
 
-    /// The best usable bid for the next epoch: cheapest, then best reputation, then lowest
-    /// address (a deterministic tie-break, so the simulator replays).
+    /// The best usable bid for the next epoch: providers without a rejected epoch on chain
+    /// first, then the cheapest, then the best reputation (the chain record's score plus
+    /// this client's own), then the lowest address (a deterministic tie-break, so the
+    /// simulator replays). Providers banned locally or with too many rejected epochs on
+    /// chain are not considered.
     fn best_bid(&self, job: &ClientJob) -> Option<Bid> {
         let next = job.epoch.saturating_add(1);
         let min_expiry = self
@@ -388,15 +452,19 @@ impl Client {
             .filter(|b| b.price_per_step <= job.max_price)
             .filter(|b| !job.excluded.contains(&b.provider))
             .filter(|b| !self.reputation.is_banned(&b.provider))
+            .filter(|b| !self.record.provider(&b.provider).is_excluded())
             .filter(|b| {
                 job.spec
                     .as_ref()
                     .is_none_or(|s| b.hardware.memory_bytes >= s.min_memory_bytes)
             })
             .min_by_key(|b| {
+                let record = self.record.provider(&b.provider);
+                let score = self.reputation.score(&b.provider) + record.score();
                 (
+                    record.epochs_rejected > 0,
                     b.price_per_step,
-                    -self.reputation.score(&b.provider),
+                    -score,
                     b.provider,
                 )
             })
@@ -452,6 +520,19 @@ impl Client {
         }
     }
 
+    /// Asks the escrow to draw the job's committee; asked again at the phase's `until` if
+    /// neither the committee nor a failure shows up (a dropped transaction).
+    fn request_draw(&mut self, now: Time, job_id: JobId) {
+        let until = now.saturating_add(self.config.assign_timeout);
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            job.phase = Phase::Drawing { until };
+        }
+        self.submit(
+            ChainTx::DrawCommittee { job_id },
+            PendingTx::Draw { job_id },
+        );
+    }
+
     /// The running epoch is over without our doing (loss, rejection, release): find another.
     fn epoch_over(&mut self, now: Time, job_id: JobId) {
         let Some(job) = self.jobs.get_mut(&job_id) else {
@@ -467,15 +548,14 @@ impl Client {
 
     fn on_chain(&mut self, now: Time, block_time: u64, event: ChainEvent) {
         self.block_time = self.block_time.max(block_time);
+        self.record.apply(&event);
         let job_id = event.job_id();
-        let terms = event.terms_hash();
         if let ChainEvent::JobCreated {
             client,
             max_price_per_step,
             total_steps,
             checkpoint_interval,
             spec_hash,
-            verifiers,
             quorum,
             ..
         } = event
@@ -488,22 +568,20 @@ impl Client {
                 job_id,
                 ClientJob {
                     spec_hash,
-                    terms: terms.unwrap_or_default(),
+                    terms: Hash::ZERO,
                     unsettled: false,
                     spec: self.specs.get(&spec_hash).cloned(),
                     total_steps,
                     interval: checkpoint_interval,
                     max_price: max_price_per_step,
-                    verifiers,
+                    committee: Vec::new(),
                     quorum,
                     epoch: 0,
                     provider: None,
                     last_accepted: 0,
                     // The escrow's convention: before any acceptance the "checkpoint" is the spec.
                     last_accepted_hash: spec_hash,
-                    phase: Phase::Bidding {
-                        until: now.saturating_add(self.config.bid_window),
-                    },
+                    phase: Phase::Drawing { until: now },
                     bids: BTreeMap::new(),
                     excluded: BTreeSet::new(),
                     detector: None,
@@ -515,7 +593,7 @@ impl Client {
                 },
             );
             self.subscribe(job_id);
-            self.publish_offer(job_id);
+            self.request_draw(now, job_id);
             return;
         }
         let Some(job) = self.jobs.get_mut(&job_id) else {
@@ -523,6 +601,25 @@ impl Client {
         };
         match event {
             ChainEvent::JobCreated { .. } => {}
+            ChainEvent::CommitteeSeedMoved { .. } => {
+                // Nothing was drawn: the new seed block is mined by now, so ask again.
+                if matches!(job.phase, Phase::Drawing { .. }) {
+                    self.request_draw(now, job_id);
+                }
+            }
+            ChainEvent::CommitteeDrawn {
+                committee, terms, ..
+            } => {
+                if !matches!(job.phase, Phase::Drawing { .. }) {
+                    return;
+                }
+                job.committee = committee;
+                job.terms = terms;
+                job.phase = Phase::Bidding {
+                    until: now.saturating_add(self.config.bid_window),
+                };
+                self.publish_offer(job_id);
+            }
             ChainEvent::ProviderAssigned {
                 epoch,
                 provider,
@@ -548,7 +645,7 @@ impl Client {
                 // Votes that arrived before we saw this assignment may already form a quorum.
                 let keys: Vec<_> = job.tallies.keys().copied().collect();
                 for key in keys {
-                    self.check_quorum(job_id, key);
+                    self.check_quorum(now, job_id, key);
                 }
             }
             ChainEvent::EpochEnded { epoch, reason, .. } => {
@@ -569,8 +666,11 @@ impl Client {
                         }
                         self.epoch_over(now, job_id)
                     }
+                    // Superseded: a late accept of an epoch we ended moved the head past this
+                    // one's start; no fault of its provider, so it is not excluded.
                     EpochEndReason::Released
                     | EpochEndReason::Resigned
+                    | EpochEndReason::Superseded
                     | EpochEndReason::Other(_) => self.epoch_over(now, job_id),
                 }
             }
@@ -599,10 +699,15 @@ impl Client {
                 epoch,
                 step,
                 provider,
+                slashed,
                 ..
             } => {
-                self.reputation
-                    .adjust(provider, reputation::CHECKPOINT_REJECTED);
+                let penalty = if slashed.is_zero() {
+                    reputation::CHECKPOINT_REJECTED_UNSLASHED
+                } else {
+                    reputation::CHECKPOINT_REJECTED
+                };
+                self.reputation.adjust(provider, penalty);
                 job.excluded.insert(provider);
                 job.submitted.remove(&(epoch, step));
                 job.tallies.retain(|(e, _, _), _| *e > epoch);
@@ -612,9 +717,9 @@ impl Client {
             }
             ChainEvent::JobSettled { .. } => job.unsettled = false,
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
-                // What a completed job did not spend waits for a `settle`: ours to send.
-                let settle =
-                    matches!(event, ChainEvent::JobCompleted { refund, .. } if !refund.is_zero());
+                // What a completed job did not spend, and the committee's fees, wait for a
+                // `settle`: ours to send, even with nothing left to refund (the fees are owed).
+                let settle = matches!(event, ChainEvent::JobCompleted { .. });
                 job.unsettled = settle;
                 job.phase = Phase::Finished;
                 job.detector = None;
@@ -634,7 +739,10 @@ impl Client {
         }
     }
 
-    fn check_quorum(&mut self, job_id: JobId, key: (Epoch, Step, Hash)) {
+    /// Submits the decision a tally holds: an accept quorum at once; a reject quorum once
+    /// the whole committee rejected or the full wait is over, whichever is first.
+    fn check_quorum(&mut self, now: Time, job_id: JobId, key: (Epoch, Step, Hash)) {
+        let full_wait = self.config.reject_full_wait;
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return;
         };
@@ -645,7 +753,8 @@ impl Client {
         {
             return;
         }
-        let Some(tally) = job.tallies.get(&key) else {
+        let committee_size = job.committee.len();
+        let Some(tally) = job.tallies.get_mut(&key) else {
             return;
         };
         let quorum = usize::from(job.quorum);
@@ -653,7 +762,16 @@ impl Client {
         let decision = if tally.accepts.len() >= quorum {
             Some((true, tally.accepts.values().copied().collect::<Vec<_>>()))
         } else if tally.rejects.len() >= quorum {
-            Some((false, tally.rejects.values().copied().collect::<Vec<_>>()))
+            let all_in = tally.rejects.len() >= committee_size;
+            let due = *tally
+                .reject_due
+                .get_or_insert_with(|| now.saturating_add(full_wait));
+            if all_in || due <= now {
+                Some((false, tally.rejects.values().copied().collect::<Vec<_>>()))
+            } else {
+                self.reject_timers.insert((due, job_id, key));
+                None
+            }
         } else {
             None
         };
@@ -700,6 +818,10 @@ impl Client {
         };
         if job.phase == Phase::Finished || bid.epoch <= job.epoch {
             return Verdict::Ignore(IgnoreReason::StaleEpoch);
+        }
+        // No terms to bid on before the draw: a bid now was not made from the chain.
+        if matches!(job.phase, Phase::Drawing { .. }) {
+            return Verdict::Ignore(IgnoreReason::UnknownJob);
         }
         if bid.epoch > job.epoch.saturating_add(MAX_BID_EPOCH_LEAD) {
             return Verdict::Ignore(IgnoreReason::FutureEpoch);
@@ -800,12 +922,13 @@ impl Client {
         Verdict::Accept
     }
 
-    fn on_vote(&mut self, vote: &Vote) -> Verdict {
+    fn on_vote(&mut self, now: Time, vote: &Vote) -> Verdict {
         let job_id = vote.job_id;
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Verdict::Accept;
         };
-        if !job.verifiers.contains(&vote.verifier) {
+        // Only the drawn committee's votes count (none before the draw).
+        if !job.committee.contains(&vote.verifier) {
             return Verdict::Reject(RejectReason::NotListedVerifier);
         }
         if vote.epoch < job.epoch {
@@ -837,7 +960,7 @@ impl Client {
         if same.insert(vote.verifier, vote.signature).is_some() {
             return Verdict::Ignore(IgnoreReason::Duplicate);
         }
-        self.check_quorum(job_id, key);
+        self.check_quorum(now, job_id, key);
         Verdict::Accept
     }
 
@@ -867,6 +990,16 @@ impl Client {
                     job.submitted.remove(&(epoch, step));
                 }
             }
+            Some(PendingTx::Draw { job_id }) => {
+                // Too early (the seed block not mined yet) or a pool that shrank: try again
+                // shortly. Drawn by someone else meanwhile: `CommitteeDrawn` moved us on.
+                let retry = now.saturating_add(self.config.draw_retry);
+                if let Some(job) = self.jobs.get_mut(&job_id)
+                    && matches!(job.phase, Phase::Drawing { .. })
+                {
+                    job.phase = Phase::Drawing { until: retry };
+                }
+            }
             Some(PendingTx::Other) | None => {}
         }
     }
@@ -882,7 +1015,7 @@ impl StateMachine for Client {
             Message::Bid(b) => self.on_bid(b),
             Message::Heartbeat(h) => self.on_heartbeat(now, h),
             Message::CheckpointAnnounce(a) => self.on_announce(a),
-            Message::Vote(v) => self.on_vote(v),
+            Message::Vote(v) => self.on_vote(now, v),
             Message::NodeHello(_) | Message::JobOffer(_) => Verdict::Accept,
         }
     }
@@ -922,12 +1055,20 @@ impl StateMachine for Client {
                 from: Some(from),
             });
         }
+        while let Some(&(due, job_id, key)) = self.reject_timers.first() {
+            if due > now {
+                break;
+            }
+            self.reject_timers.pop_first();
+            self.check_quorum(now, job_id, key);
+        }
         let ids: Vec<JobId> = self.live.iter().copied().collect();
         for job_id in ids {
             let Some(job) = self.jobs.get_mut(&job_id) else {
                 continue;
             };
             match job.phase {
+                Phase::Drawing { until } if until <= now => self.request_draw(now, job_id),
                 Phase::Bidding { until } if until <= now => self.assign_or_bid(now, job_id),
                 Phase::Assigning {
                     provider, until, ..
@@ -968,11 +1109,14 @@ impl StateMachine for Client {
             .iter()
             .filter_map(|id| self.jobs.get(id))
             .filter_map(|j| match j.phase {
-                Phase::Bidding { until } | Phase::Assigning { until, .. } => Some(until),
+                Phase::Drawing { until }
+                | Phase::Bidding { until }
+                | Phase::Assigning { until, .. } => Some(until),
                 Phase::Running => j.detector.as_ref().map(FailureDetector::deadline),
                 _ => None,
             })
             .chain(self.copies.values().filter_map(|c| c.retry.due()))
+            .chain(self.reject_timers.first().map(|(due, ..)| *due))
             .min()
     }
 

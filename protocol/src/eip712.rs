@@ -17,8 +17,8 @@ mod typed {
         /// Not signed itself: `abi.encode`d, its keccak is `JobEscrow.termsOf`.
         struct Terms {
             address client; address token; uint256 budget; uint256 maxPricePerStep;
-            uint64 totalSteps; uint64 checkpointInterval; bytes32 specHash; bytes32 verifiersHash;
-            uint8 quorum; uint64 deadline; uint64 grace;
+            uint64 totalSteps; uint64 checkpointInterval; bytes32 specHash; bytes32 committeeHash;
+            uint8 quorum; uint256 verifierFee; uint64 deadline; uint64 grace;
         }
     }
 }
@@ -68,9 +68,10 @@ fn signing_hash(domain: &EscrowDomain, struct_hash: B256) -> B256 {
     alloy_primitives::keccak256(pre)
 }
 
-/// A job's contents as `createJob` fixed them: what a bid is signed over, so a bid for one
-/// job cannot assign its provider to another job that happens to get the same id (a reorg,
-/// or a second escrow at the same address on another fork).
+/// A job's contents as `createJob` fixed them and `drawCommittee` completed them: what a bid
+/// is signed over, so a bid for one job cannot assign its provider to another job that
+/// happens to get the same id (a reorg, or a second escrow at the same address on another
+/// fork), nor to the same job with another committee.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JobTerms<'a> {
     pub client: Address,
@@ -80,24 +81,27 @@ pub struct JobTerms<'a> {
     pub total_steps: Step,
     pub checkpoint_interval: Step,
     pub spec_hash: Hash,
-    pub verifiers: &'a [Address],
+    /// In draw order.
+    pub committee: &'a [Address],
     pub quorum: u8,
+    pub verifier_fee: U256,
     pub deadline: u64,
     pub grace: u64,
 }
 
+/// `keccak256(abi.encodePacked(committee))`: `encodePacked` pads each element of an address
+/// array to a full word.
+pub fn committee_hash(committee: &[Address]) -> Hash {
+    let packed: Vec<u8> = committee.iter().flat_map(|v| v.into_word().0).collect();
+    alloy_primitives::keccak256(&packed)
+}
+
 impl JobTerms<'_> {
     /// `keccak256(abi.encode(client, token, budget, maxPricePerStep, totalSteps,
-    /// checkpointInterval, specHash, keccak256(abi.encodePacked(verifiers)), quorum, deadline,
-    /// grace))`, as `JobEscrow.termsOf` stores it.
+    /// checkpointInterval, specHash, keccak256(abi.encodePacked(committee)), quorum,
+    /// verifierFee, deadline, grace))`, as `JobEscrow.termsOf` stores it after the draw.
     pub fn hash(&self) -> Hash {
         use alloy_sol_types::SolValue;
-        // encodePacked pads each element of an address array to a full word.
-        let packed: Vec<u8> = self
-            .verifiers
-            .iter()
-            .flat_map(|v| v.into_word().0)
-            .collect();
         let terms = typed::Terms {
             client: self.client,
             token: self.token,
@@ -106,8 +110,9 @@ impl JobTerms<'_> {
             totalSteps: self.total_steps,
             checkpointInterval: self.checkpoint_interval,
             specHash: self.spec_hash,
-            verifiersHash: alloy_primitives::keccak256(&packed),
+            committeeHash: committee_hash(self.committee),
             quorum: self.quorum,
+            verifierFee: self.verifier_fee,
             deadline: self.deadline,
             grace: self.grace,
         };
@@ -230,9 +235,8 @@ mod tests {
     }
 
     #[test]
-    fn terms_bind_every_field_and_the_verifier_order() {
-        let (a, b) = (Address::repeat_byte(0xa), Address::repeat_byte(0xb));
-        let verifiers = [a, b];
+    fn terms_are_twelve_abi_words() {
+        let committee = [Address::repeat_byte(0xa), Address::repeat_byte(0xb)];
         let t = JobTerms {
             client: Address::repeat_byte(1),
             token: Address::repeat_byte(2),
@@ -241,8 +245,57 @@ mod tests {
             total_steps: 400,
             checkpoint_interval: 50,
             spec_hash: Hash::repeat_byte(3),
-            verifiers: &verifiers,
+            committee: &committee,
             quorum: 2,
+            verifier_fee: U256::from(7),
+            deadline: 1_000,
+            grace: 60,
+        };
+        // abi.encode pads every static value to a word; encodePacked pads array elements.
+        let word = |v: U256| v.to_be_bytes::<32>();
+        let mut packed = Vec::new();
+        for m in &committee {
+            packed.extend_from_slice(&[0u8; 12]);
+            packed.extend_from_slice(m.as_slice());
+        }
+        let mut words: Vec<[u8; 32]> = vec![
+            t.client.into_word().0,
+            t.token.into_word().0,
+            word(t.budget),
+            word(t.max_price_per_step),
+            word(U256::from(400)),
+            word(U256::from(50)),
+            t.spec_hash.0,
+            alloy_primitives::keccak256(&packed).0,
+            word(U256::from(2)),
+            word(U256::from(7)),
+            word(U256::from(1_000)),
+            word(U256::from(60)),
+        ];
+        let bytes: Vec<u8> = words.drain(..).flatten().collect();
+        assert_eq!(bytes.len(), 12 * 32);
+        assert_eq!(t.hash(), alloy_primitives::keccak256(&bytes));
+        assert_eq!(
+            committee_hash(&committee),
+            alloy_primitives::keccak256(&packed)
+        );
+    }
+
+    #[test]
+    fn terms_bind_every_field_and_the_committee_order() {
+        let (a, b) = (Address::repeat_byte(0xa), Address::repeat_byte(0xb));
+        let committee = [a, b];
+        let t = JobTerms {
+            client: Address::repeat_byte(1),
+            token: Address::repeat_byte(2),
+            budget: U256::from(4_000),
+            max_price_per_step: U256::from(10),
+            total_steps: 400,
+            checkpoint_interval: 50,
+            spec_hash: Hash::repeat_byte(3),
+            committee: &committee,
+            quorum: 2,
+            verifier_fee: U256::from(7),
             deadline: 1_000,
             grace: 60,
         };
@@ -250,13 +303,21 @@ mod tests {
         let swapped = [b, a];
         assert_ne!(
             JobTerms {
-                verifiers: &swapped,
+                committee: &swapped,
                 ..t
             }
             .hash(),
             base
         );
         assert_ne!(JobTerms { grace: 61, ..t }.hash(), base);
+        assert_ne!(
+            JobTerms {
+                verifier_fee: U256::from(8),
+                ..t
+            }
+            .hash(),
+            base
+        );
         assert_ne!(
             JobTerms {
                 spec_hash: Hash::repeat_byte(4),

@@ -1,6 +1,6 @@
 //! `JobEscrow.sol` in memory: one model of the contract, on this crate's own types, for the
-//! simulator and the protocol tests. Pure like the rest of the crate: the block timestamp
-//! and the sender are arguments.
+//! simulator and the protocol tests. Pure like the rest of the crate: the block (number and
+//! timestamp), the sender and the block hashes the committee draw reads are arguments.
 //!
 //! What "the same" means here, checked call by call against the contract on anvil by the
 //! fuzzed differential test (`contracts/bindings/tests/escrow_model.rs`):
@@ -11,12 +11,28 @@
 //!   `uint128` fields), and the ERC-20 tokens it pulls from and pays out of are modelled with
 //!   OpenZeppelin's balance and allowance rules and errors, so conservation can be checked to
 //!   the unit;
+//! - the committee draw is the contract's keccak256 arithmetic over the same pool order
+//!   (appended on registration, swap-removed on unbonding), so it names the same members in
+//!   the same order; `blockhash` is what the driver told the model with
+//!   [`Escrow::record_block_hash`], and zero, as in Solidity, for a block that is unknown,
+//!   not yet mined or more than 256 blocks old;
 //! - bid and vote signatures are recovered from the EIP-712 digests the contract hashes,
 //!   under the [`Scheme`] the signers use: secp256k1 answers exactly as `ECDSA.tryRecover`
 //!   does (v, high s, unrecoverable all fail as `BadSignature`). `Scheme::Simulated` is the
 //!   simulator's stand-in: a signature names its signer and binds no fields, so a vote over
 //!   other fields is not caught there; the machines never submit one, and under secp256k1
 //!   (the differential test, and the simulator's default) it is.
+//!
+//! The rules it holds (docs/interfaces.md, "JobEscrow surface", is the specification):
+//! - verifiers stake into a pool; a job's committee is drawn from it by the escrow, never
+//!   with the client on it, and no member can be assigned as the job's provider;
+//! - each member whose signature is in a decision earns `verifierFee` out of the budget,
+//!   credited when the job is settled or expired; a reject pays fees only from the budget's
+//!   slack, so the rest of the job at the maximum price stays covered;
+//! - a reject slashes (burns) `minStake` only when every member signed it;
+//! - an epoch the client ended (replaced or released) can still be paid for its next
+//!   checkpoint within `decisionWindow` (a late accept), which then supersedes a live epoch
+//!   that started from the old head.
 //!
 //! The contract changes in later issues; this model changes with it, and the differential
 //! test is what says the two still agree.
@@ -26,24 +42,88 @@
 
 use std::collections::BTreeMap;
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::{Address, U256, keccak256};
 
 use crate::chain::{ChainEvent, ChainTx, EpochEndReason};
-use crate::eip712::{BidFields, EscrowDomain, VoteFields};
+use crate::eip712::{BidFields, EscrowDomain, JobTerms, VoteFields};
 use crate::signing::{Scheme, Sig65};
 use crate::types::{Epoch, Hash, JobId, Step};
 
-/// The contract refuses more verifiers (and more signatures) than this.
+/// The contract refuses larger committees (and more signatures) than this.
 pub const MAX_VERIFIERS: usize = 32;
-/// The contract refuses fewer verifiers than this: one key alone would decide.
+/// The contract refuses smaller committees than this: one key alone would decide.
 pub const MIN_VERIFIERS: usize = 2;
+/// How far back Solidity's `blockhash` reaches; older blocks hash to zero.
+pub const BLOCKHASH_WINDOW: u64 = 256;
+/// The largest budget, maximum price or verifier fee `createJob` takes (`AmountTooLarge`
+/// above): the contract stores them in 96 bits, which packs an accept's reads into fewer
+/// slots. Stakes are bounded by `u128::MAX` instead.
+pub const MAX_JOB_AMOUNT: U256 = U256::from_limbs([u64::MAX, u32::MAX as u64, 0, 0]);
 
-/// `createJob`'s quorum rule: a strict majority of the `verifiers`, so an accepting and a
-/// rejecting quorum always share a verifier. The provider vets jobs by it, and the node
+/// `createJob`'s quorum rule: a strict majority of the committee, so an accepting and a
+/// rejecting quorum always share a member. The provider vets jobs by it, and the node
 /// checks a submission by it, before the escrow does.
-pub fn is_strict_majority(quorum: u8, verifiers: usize) -> bool {
+pub fn is_strict_majority(quorum: u8, committee_size: usize) -> bool {
     let q = usize::from(quorum);
-    q * 2 > verifiers && q <= verifiers
+    q * 2 > committee_size && q <= committee_size
+}
+
+/// `⌈steps / interval⌉`: the decisions left in `steps` (the final step is a checkpoint even
+/// off the interval). Zero for a zero interval, which `createJob` refuses anyway.
+pub fn checkpoints_in(steps: Step, interval: Step) -> u64 {
+    if interval == 0 {
+        return 0;
+    }
+    steps.div_ceil(interval)
+}
+
+/// What `steps` more steps can still cost a job: every step at the maximum price and a fee
+/// for every member on every checkpoint. `createJob` wants a budget of at least this for
+/// the whole job (`BudgetTooSmall`), and a reject pays fees only from what exceeds it.
+pub fn cost_bound(
+    max_price_per_step: U256,
+    steps: Step,
+    interval: Step,
+    verifier_fee: U256,
+    committee_size: u8,
+) -> U256 {
+    max_price_per_step * U256::from(steps)
+        + verifier_fee * U256::from(committee_size) * U256::from(checkpoints_in(steps, interval))
+}
+
+/// `keccak256(abi.encode(blockhash(seedBlock), jobId))`: the seed of a job's draw.
+pub fn draw_seed(block_hash: Hash, job_id: JobId) -> Hash {
+    let mut buf = [0u8; 64];
+    buf[..32].copy_from_slice(block_hash.as_slice());
+    buf[32..].copy_from_slice(&job_id.to_be_bytes::<32>());
+    keccak256(buf)
+}
+
+/// `drawCommittee`'s draw: seat i is `pool[keccak256(abi.encode(seed, i)) % pool.len()]`,
+/// moved on to the next pool entry while that one is the client or already seated. `None`
+/// when the pool holds fewer than `size` accounts besides the client (the contract reverts
+/// with `NotEnoughVerifiers` before drawing).
+pub fn draw(seed: Hash, pool: &[Address], client: Address, size: usize) -> Option<Vec<Address>> {
+    let n = pool.len();
+    let available = n - usize::from(pool.contains(&client));
+    if available < size || n == 0 {
+        return None;
+    }
+    let modulus = U256::from(n);
+    let mut committee: Vec<Address> = Vec::with_capacity(size);
+    for i in 0..size {
+        let mut buf = [0u8; 64];
+        buf[..32].copy_from_slice(seed.as_slice());
+        buf[32..].copy_from_slice(&U256::from(i).to_be_bytes::<32>());
+        let word = U256::from_be_bytes(keccak256(buf).0);
+        let mut idx = usize::try_from(word % modulus).ok()?;
+        // Terminates: at least `size` pool entries are neither the client nor seated yet.
+        while pool[idx] == client || committee.contains(&pool[idx]) {
+            idx = (idx + 1) % n;
+        }
+        committee.push(pool[idx]);
+    }
+    Some(committee)
 }
 
 /// `JobEscrow.Status`; the codes are the Solidity enum's (`None` is 0 and never stored).
@@ -54,6 +134,8 @@ pub enum Status {
     Assigned,
     Completed,
     Expired,
+    /// Created, waiting for `drawCommittee`: no bids can be assigned yet.
+    Drawing,
 }
 
 impl Status {
@@ -68,19 +150,28 @@ impl Status {
             2 => Status::Assigned,
             3 => Status::Completed,
             4 => Status::Expired,
+            5 => Status::Drawing,
             _ => return None,
         })
     }
 
-    /// Open or assigned: the job still holds budget and can be exited.
+    /// Open or assigned: a provider can be assigned and decisions can land.
     pub fn is_live(self) -> bool {
         matches!(self, Status::Open | Status::Assigned)
     }
 
-    /// The job's `remaining` is still the escrow's to pay out: live, or completed and not yet
-    /// settled (a settled job's `remaining` is zero).
+    /// Drawing, open or assigned: `expire` can exit it.
+    pub fn can_expire(self) -> bool {
+        matches!(self, Status::Drawing | Status::Open | Status::Assigned)
+    }
+
+    /// The job's `remaining` is still the escrow's to pay out: not yet expired (a settled
+    /// job's `remaining` is zero).
     pub fn holds_budget(self) -> bool {
-        matches!(self, Status::Open | Status::Assigned | Status::Completed)
+        matches!(
+            self,
+            Status::Drawing | Status::Open | Status::Assigned | Status::Completed
+        )
     }
 }
 
@@ -107,10 +198,12 @@ pub enum EscrowError {
     DeadlineTooFar { deadline: u64, latest: U256 },
     #[error("GraceTooLong({grace}, {max_grace})")]
     GraceTooLong { grace: u64, max_grace: u64 },
-    #[error("ClientIsVerifier")]
-    ClientIsVerifier,
     #[error("BudgetTooSmall({budget}, {needed})")]
     BudgetTooSmall { budget: U256, needed: U256 },
+    #[error("NotEnoughVerifiers({available}, {needed})")]
+    NotEnoughVerifiers { available: U256, needed: U256 },
+    #[error("SeedNotMined({0})")]
+    SeedNotMined(u64),
     #[error("DepositMismatch({received}, {expected})")]
     DepositMismatch { received: U256, expected: U256 },
     #[error("UnknownJob({0})")]
@@ -162,6 +255,15 @@ pub enum EscrowError {
     NothingToSettle,
     #[error("NothingToWithdraw")]
     NothingToWithdraw,
+    #[error("WindowClosed({window_end})")]
+    WindowClosed { window_end: u64 },
+    #[error("MovedOn({last_accepted}, {step_at_end})")]
+    MovedOn {
+        last_accepted: Step,
+        step_at_end: Step,
+    },
+    #[error("BeyondNextCheckpoint({0})")]
+    BeyondNextCheckpoint(Step),
     /// Solidity's checked arithmetic failed (`Panic(uint256)`, 0x11 for overflow).
     #[error("Panic({0:#x})")]
     Panic(u8),
@@ -195,8 +297,9 @@ impl EscrowError {
             EscrowError::DeadlinePassed => "DeadlinePassed",
             EscrowError::DeadlineTooFar { .. } => "DeadlineTooFar",
             EscrowError::GraceTooLong { .. } => "GraceTooLong",
-            EscrowError::ClientIsVerifier => "ClientIsVerifier",
             EscrowError::BudgetTooSmall { .. } => "BudgetTooSmall",
+            EscrowError::NotEnoughVerifiers { .. } => "NotEnoughVerifiers",
+            EscrowError::SeedNotMined(_) => "SeedNotMined",
             EscrowError::DepositMismatch { .. } => "DepositMismatch",
             EscrowError::UnknownJob(_) => "UnknownJob",
             EscrowError::NotClient => "NotClient",
@@ -221,6 +324,9 @@ impl EscrowError {
             EscrowError::NotUnbonding => "NotUnbonding",
             EscrowError::NothingToSettle => "NothingToSettle",
             EscrowError::NothingToWithdraw => "NothingToWithdraw",
+            EscrowError::WindowClosed { .. } => "WindowClosed",
+            EscrowError::MovedOn { .. } => "MovedOn",
+            EscrowError::BeyondNextCheckpoint(_) => "BeyondNextCheckpoint",
             EscrowError::Panic(_) => "Panic",
             EscrowError::Erc20InsufficientBalance { .. } => "ERC20InsufficientBalance",
             EscrowError::Erc20InsufficientAllowance { .. } => "ERC20InsufficientAllowance",
@@ -230,13 +336,16 @@ impl EscrowError {
 }
 
 /// A call to the escrow: the transactions the role machines submit ([`ChainTx`]) and the
-/// provider-stake calls the node's chain client makes around them.
+/// stake calls the node's chain client makes around them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Call {
     Tx(ChainTx),
     Register { amount: U256 },
     RequestUnbond { amount: U256 },
     WithdrawStake,
+    RegisterVerifier { amount: U256 },
+    RequestVerifierUnbond { amount: U256 },
+    WithdrawVerifierStake,
 }
 
 impl From<ChainTx> for Call {
@@ -251,6 +360,7 @@ impl Call {
         match self {
             Call::Tx(tx) => match tx {
                 ChainTx::CreateJob { .. } => "createJob",
+                ChainTx::DrawCommittee { .. } => "drawCommittee",
                 ChainTx::Assign { .. } => "assign",
                 ChainTx::ReleaseProvider { .. } => "releaseProvider",
                 ChainTx::AcceptCheckpoint { .. } => "acceptCheckpoint",
@@ -263,12 +373,23 @@ impl Call {
             Call::Register { .. } => "register",
             Call::RequestUnbond { .. } => "requestUnbond",
             Call::WithdrawStake => "withdrawStake",
+            Call::RegisterVerifier { .. } => "registerVerifier",
+            Call::RequestVerifierUnbond { .. } => "requestVerifierUnbond",
+            Call::WithdrawVerifierStake => "withdrawVerifierStake",
         }
     }
 }
 
+/// The block a call is mined in: `block.number` (the committee draw's seed) and
+/// `block.timestamp` (deadlines, windows, unbonding), in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Block {
+    pub number: u64,
+    pub time: u64,
+}
+
 /// An event the escrow emits: the job events the machines consume ([`ChainEvent`]) and the
-/// stake and payout events only books and tests read.
+/// stake, fee and payout events only books and tests read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     Job(ChainEvent),
@@ -290,6 +411,26 @@ pub enum Event {
     Slashed {
         provider: Address,
         job_id: JobId,
+        amount: U256,
+    },
+    /// `settle` or `expire` credited `verifier` its fees for the job (paid decisions × fee).
+    FeesCredited {
+        job_id: JobId,
+        verifier: Address,
+        amount: U256,
+    },
+    VerifierStaked {
+        verifier: Address,
+        amount: U256,
+        total: U256,
+    },
+    VerifierUnbondRequested {
+        verifier: Address,
+        amount: U256,
+        available_at: u64,
+    },
+    VerifierStakeWithdrawn {
+        verifier: Address,
         amount: U256,
     },
     Withdrawn {
@@ -321,6 +462,7 @@ pub struct Job {
     pub token: Address,
     pub total_steps: Step,
     pub price_per_step: U256,
+    /// Budget not yet paid out as steps or fees, nor refunded.
     pub remaining: U256,
     pub max_price_per_step: U256,
     pub deposit: U256,
@@ -329,9 +471,36 @@ pub struct Job {
     pub grace: u64,
     pub last_checkpoint_hash: Hash,
     pub spec_hash: Hash,
-    pub verifiers: Vec<Address>,
-    /// [`crate::eip712::JobTerms::hash`] of the job as created: what bids are signed over.
+    /// In draw order; empty until `drawCommittee`.
+    pub committee: Vec<Address>,
+    pub committee_size: u8,
+    pub verifier_fee: U256,
+    /// The block whose hash seeds the draw (moved when that hash is gone).
+    pub seed_block: u64,
+    /// `settle` ran (once per job).
+    pub settled: bool,
+    /// [`JobTerms::hash`] of the job and its committee: what bids are signed over; zero
+    /// until the draw.
     pub terms: Hash,
+    /// Decisions each member earned a fee for, by committee position (`memberOf().paid`).
+    pub paid: Vec<u64>,
+}
+
+impl Job {
+    /// The member's position in the committee.
+    pub fn member_index(&self, account: Address) -> Option<usize> {
+        self.committee.iter().position(|m| *m == account)
+    }
+
+    /// Fees taken from the budget and not yet credited to the committee: credited by
+    /// `settle` or `expire`, held by the escrow until then.
+    pub fn fees_pending(&self) -> U256 {
+        if self.settled || self.status == Status::Expired {
+            return U256::ZERO;
+        }
+        let paid: u64 = self.paid.iter().sum();
+        self.verifier_fee * U256::from(paid)
+    }
 }
 
 /// A provider's stake, as `stakeOf` returns it.
@@ -360,6 +529,30 @@ impl Stake {
     }
 }
 
+/// A verifier's stake, as `verifierStakeOf` returns it. Never slashed nor reserved: it makes
+/// a pool seat cost capital.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerifierStake {
+    pub bonded: U256,
+    pub unbonding: U256,
+    /// When `unbonding` can be withdrawn.
+    pub unbond_at: u64,
+    /// In the pool committees are drawn from (`bonded ≥ min_verifier_stake`).
+    pub pooled: bool,
+}
+
+/// The record `closedEpoch` returns: what a late accept of an epoch the client ended pays
+/// (zeros when there is none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClosedEpoch {
+    pub provider: Address,
+    pub price_per_step: U256,
+    /// The job's head when the epoch ended: the record pays only the checkpoint after it,
+    /// and only while the head is still there.
+    pub step_at_end: Step,
+    pub window_end: u64,
+}
+
 /// Deliberate deviations from the contract, so the simulator's tests can show each of its
 /// checkers firing on a broken escrow. All off by default; nothing but those tests sets them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -372,6 +565,14 @@ pub struct Bugs {
     pub never_expire: bool,
     /// An accepted checkpoint credits the provider without debiting the budget.
     pub free_money: bool,
+    /// A reject slashes even when not every member signed it (one byzantine majority takes
+    /// an honest provider's stake).
+    pub slash_without_unanimity: bool,
+    /// A reject pays its signers' fees even from a budget without slack (rejects can drain
+    /// what later accepts need).
+    pub reject_fees_without_slack: bool,
+    /// A late accept lands after the decision window closed.
+    pub late_accept_after_window: bool,
 }
 
 /// An ERC-20 with OpenZeppelin's rules: an allowance of `U256::MAX` is never spent.
@@ -454,6 +655,11 @@ pub struct Params {
     pub unbond_delay: u64,
     pub max_duration: u64,
     pub max_grace: u64,
+    /// Seconds after the client ends an epoch during which a quorum's accept of that
+    /// epoch's next checkpoint still lands (may be 0: only in the block that ended it).
+    pub decision_window: u64,
+    /// Bonded verifier stake that puts an account in the pool.
+    pub min_verifier_stake: U256,
 }
 
 /// The escrow contract at one address, and the ERC-20 tokens it deals in.
@@ -471,23 +677,37 @@ pub struct Escrow {
     pub max_duration: u64,
     /// The longest grace `createJob` accepts.
     pub max_grace: u64,
+    pub decision_window: u64,
+    pub min_verifier_stake: U256,
     pub bugs: Bugs,
     /// Slashed stake: held by the escrow, owed to nobody.
     burned: U256,
     tokens: BTreeMap<Address, Token>,
     jobs: Vec<Job>,
     stakes: BTreeMap<Address, Stake>,
+    verifier_stakes: BTreeMap<Address, VerifierStake>,
+    /// The verifier pool in the contract's order: appended on crossing the minimum,
+    /// swap-removed on falling below it. The draw indexes it, so the order is the contract's.
+    pool: Vec<Address>,
+    /// The block of the pool's last join or leave (`poolChangedAt`): a draw whose seed block
+    /// is older moves its seed instead, so nobody who has seen the seed can pick the pool
+    /// that gives the committee they want.
+    pool_changed_at: u64,
+    /// Epochs the client ended, by (job index, epoch), until a late accept uses them.
+    closed: BTreeMap<(usize, Epoch), ClosedEpoch>,
+    /// The block hashes the driver recorded (the last [`BLOCKHASH_WINDOW`] or so).
+    block_hashes: BTreeMap<u64, Hash>,
     withdrawable: BTreeMap<(Address, Address), U256>,
-    /// What the escrow accounts for per token (budgets left, credits, stakes and burned
-    /// stake), kept by each call: a running total to compare with its balance cheaply;
-    /// [`Escrow::owed_recomputed`] is the slow, independent one.
+    /// What the escrow accounts for per token (budgets left, fees pending, credits, stakes
+    /// and burned stake), kept by each call: a running total to compare with its balance
+    /// cheaply; [`Escrow::owed_recomputed`] is the slow, independent one.
     owed: BTreeMap<Address, U256>,
 }
 
 impl Escrow {
     /// A freshly deployed escrow. The stake token exists (with no balances); like the
-    /// contract's constructor, a zero token, a zero minimum stake or a zero maximum duration
-    /// is refused.
+    /// contract's constructor, a zero token, a zero minimum (verifier) stake or a zero
+    /// maximum duration is refused.
     pub fn new(
         domain: EscrowDomain,
         scheme: Scheme,
@@ -499,11 +719,13 @@ impl Escrow {
             unbond_delay,
             max_duration,
             max_grace,
+            decision_window,
+            min_verifier_stake,
         } = params;
         if stake_token == Address::ZERO {
             return Err(EscrowError::ZeroAddress);
         }
-        if min_stake.is_zero() || max_duration == 0 {
+        if min_stake.is_zero() || max_duration == 0 || min_verifier_stake.is_zero() {
             return Err(EscrowError::ZeroAmount);
         }
         let mut tokens = BTreeMap::new();
@@ -516,11 +738,18 @@ impl Escrow {
             unbond_delay,
             max_duration,
             max_grace,
+            decision_window,
+            min_verifier_stake,
             bugs: Bugs::default(),
             burned: U256::ZERO,
             tokens,
             jobs: Vec::new(),
             stakes: BTreeMap::new(),
+            verifier_stakes: BTreeMap::new(),
+            pool: Vec::new(),
+            pool_changed_at: 0,
+            closed: BTreeMap::new(),
+            block_hashes: BTreeMap::new(),
             withdrawable: BTreeMap::new(),
             owed: BTreeMap::new(),
         })
@@ -529,6 +758,32 @@ impl Escrow {
     /// The escrow's own account.
     pub fn address(&self) -> Address {
         self.domain.escrow
+    }
+
+    // ------------------------------------------------------------ blocks
+
+    /// Tells the model the hash of block `number` (the chain's, or any the driver makes up):
+    /// what `blockhash(number)` returns to a call in a later block, up to 256 blocks later.
+    /// Hashes far older than the newest one recorded are forgotten, as they are unreadable.
+    pub fn record_block_hash(&mut self, number: u64, hash: Hash) {
+        self.block_hashes.insert(number, hash);
+        let newest = self
+            .block_hashes
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(number);
+        let oldest_readable = newest.saturating_sub(BLOCKHASH_WINDOW);
+        self.block_hashes = self.block_hashes.split_off(&oldest_readable);
+    }
+
+    /// Solidity's `blockhash(number)` as a call in block `current` reads it: zero for the
+    /// current or a later block, one more than 256 blocks back, or one never recorded.
+    pub fn blockhash(&self, number: u64, current: u64) -> Hash {
+        if number >= current || current - number > BLOCKHASH_WINDOW {
+            return Hash::ZERO;
+        }
+        self.block_hashes.get(&number).copied().unwrap_or_default()
     }
 
     // ------------------------------------------------------------ tokens
@@ -586,7 +841,7 @@ impl Escrow {
         self.burned
     }
 
-    /// `termsOf`.
+    /// `termsOf` (zero before the draw).
     pub fn terms_of(&self, id: JobId) -> Option<Hash> {
         self.job(id).map(|j| j.terms)
     }
@@ -598,6 +853,58 @@ impl Escrow {
     /// Every provider that ever staked, with its stake.
     pub fn stakes(&self) -> impl Iterator<Item = (Address, Stake)> + '_ {
         self.stakes.iter().map(|(a, s)| (*a, *s))
+    }
+
+    /// `verifierStakeOf`.
+    pub fn verifier_stake_of(&self, verifier: Address) -> VerifierStake {
+        self.verifier_stakes
+            .get(&verifier)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Every account that ever staked as a verifier, with its stake.
+    pub fn verifier_stakes(&self) -> impl Iterator<Item = (Address, VerifierStake)> + '_ {
+        self.verifier_stakes.iter().map(|(a, s)| (*a, *s))
+    }
+
+    /// The verifier pool in the contract's order (`poolAt(0..poolSize())`).
+    pub fn pool(&self) -> &[Address] {
+        &self.pool
+    }
+
+    /// The block of the pool's last join or leave (`poolChangedAt`).
+    pub fn pool_changed_at(&self) -> u64 {
+        self.pool_changed_at
+    }
+
+    /// `memberOf(jobId, account)`: the 1-based committee position and the decisions it
+    /// earned a fee for; zeros for a non-member or an unknown job (the view does not revert).
+    pub fn member_of(&self, id: JobId, account: Address) -> (u8, u64) {
+        let Some(job) = self.job(id) else {
+            return (0, 0);
+        };
+        match job.member_index(account) {
+            Some(i) => (
+                u8::try_from(i + 1).unwrap_or(u8::MAX),
+                job.paid.get(i).copied().unwrap_or(0),
+            ),
+            None => (0, 0),
+        }
+    }
+
+    /// `isVerifier`: a member of the job's committee.
+    pub fn is_verifier(&self, id: JobId, account: Address) -> bool {
+        self.job(id).is_some_and(|j| j.committee.contains(&account))
+    }
+
+    /// `closedEpoch`: the record a late accept of `epoch` would use; zeros when there is
+    /// none (live, not ended by the client, already used, or an unknown job).
+    pub fn closed_epoch(&self, id: JobId, epoch: Epoch) -> ClosedEpoch {
+        self.existing(id)
+            .ok()
+            .and_then(|i| self.closed.get(&(i, epoch)).copied())
+            .unwrap_or_default()
     }
 
     pub fn withdrawable(&self, account: Address, token: Address) -> U256 {
@@ -613,7 +920,8 @@ impl Escrow {
     }
 
     /// The job's `JobCreated` event as a chain client rebuilds it from `getJob` (a node
-    /// that learns of a job late reads it, not the log).
+    /// that learns of a job late reads it, not the log). Its `seed_block` is the current
+    /// one, which a `CommitteeSeedMoved` may have moved since the creation.
     pub fn created_event(&self, id: JobId) -> Option<ChainEvent> {
         let j = self.job(id)?;
         Some(ChainEvent::JobCreated {
@@ -625,15 +933,26 @@ impl Escrow {
             total_steps: j.total_steps,
             checkpoint_interval: j.checkpoint_interval,
             spec_hash: j.spec_hash,
-            verifiers: j.verifiers.clone(),
+            committee_size: j.committee_size,
             quorum: j.quorum,
+            verifier_fee: j.verifier_fee,
             deadline: j.deadline,
             grace: j.grace,
+            seed_block: j.seed_block,
         })
     }
 
-    pub fn is_verifier(&self, id: JobId, account: Address) -> bool {
-        self.job(id).is_some_and(|j| j.verifiers.contains(&account))
+    /// The job's `CommitteeDrawn` event rebuilt from `getJob`; `None` before the draw.
+    pub fn drawn_event(&self, id: JobId) -> Option<ChainEvent> {
+        let j = self.job(id)?;
+        if j.committee.is_empty() {
+            return None;
+        }
+        Some(ChainEvent::CommitteeDrawn {
+            job_id: id,
+            committee: j.committee.clone(),
+            terms: j.terms,
+        })
     }
 
     /// What the escrow owes in `token` by its running books.
@@ -642,23 +961,35 @@ impl Escrow {
     }
 
     /// What the escrow accounts for in `token`, recomputed from scratch: budgets not yet
-    /// paid out, credits and (in the stake token) stakes bonded, unbonding and burned. Equals
-    /// its balance when the books conserve funds.
+    /// paid out, fees not yet credited, credits and (in the stake token) provider and
+    /// verifier stakes bonded or unbonding, and burned stake. Equals its balance when the
+    /// books conserve funds.
     pub fn owed_recomputed(&self, token: Address) -> U256 {
         let budgets = self
             .jobs
             .iter()
-            .filter(|j| j.token == token && j.status.holds_budget())
-            .fold(U256::ZERO, |a, j| a + j.remaining);
+            .filter(|j| j.token == token)
+            .fold(U256::ZERO, |a, j| {
+                let left = if j.status.holds_budget() {
+                    j.remaining
+                } else {
+                    U256::ZERO
+                };
+                a + left + j.fees_pending()
+            });
         let credits = self
             .withdrawable
             .iter()
             .filter(|((_, t), _)| *t == token)
             .fold(U256::ZERO, |a, (_, v)| a + v);
         let stakes = if token == self.stake_token {
-            self.stakes
+            let providers = self
+                .stakes
                 .values()
-                .fold(self.burned, |a, s| a + s.bonded + s.unbonding)
+                .fold(self.burned, |a, s| a + s.bonded + s.unbonding);
+            self.verifier_stakes
+                .values()
+                .fold(providers, |a, s| a + s.bonded + s.unbonding)
         } else {
             U256::ZERO
         };
@@ -667,22 +998,28 @@ impl Escrow {
 
     // ------------------------------------------------------------- calls
 
-    /// Executes `call` from `sender` in a block at `block_time` (seconds). On error nothing
-    /// changed, as with a reverted transaction.
+    /// Executes `call` from `sender` in `block`. On error nothing changed, as with a
+    /// reverted transaction.
     pub fn apply(
         &mut self,
         call: &Call,
         sender: Address,
-        block_time: u64,
+        block: Block,
     ) -> Result<Vec<Event>, EscrowError> {
         let mut ev = Vec::new();
+        let now = block.time;
         match call {
-            Call::Tx(tx) => self.apply_tx(tx, sender, block_time, &mut ev)?,
+            Call::Tx(tx) => self.apply_tx(tx, sender, block, &mut ev)?,
             Call::Register { amount } => self.register(sender, *amount, &mut ev)?,
-            Call::RequestUnbond { amount } => {
-                self.request_unbond(sender, *amount, block_time, &mut ev)?
+            Call::RequestUnbond { amount } => self.request_unbond(sender, *amount, now, &mut ev)?,
+            Call::WithdrawStake => self.withdraw_stake(sender, now, &mut ev)?,
+            Call::RegisterVerifier { amount } => {
+                self.register_verifier(sender, *amount, block.number, &mut ev)?
             }
-            Call::WithdrawStake => self.withdraw_stake(sender, block_time, &mut ev)?,
+            Call::RequestVerifierUnbond { amount } => {
+                self.request_verifier_unbond(sender, *amount, block, &mut ev)?
+            }
+            Call::WithdrawVerifierStake => self.withdraw_verifier_stake(sender, now, &mut ev)?,
         }
         Ok(ev)
     }
@@ -691,9 +1028,10 @@ impl Escrow {
         &mut self,
         tx: &ChainTx,
         sender: Address,
-        now: u64,
+        block: Block,
         ev: &mut Vec<Event>,
     ) -> Result<(), EscrowError> {
+        let now = block.time;
         match tx {
             ChainTx::CreateJob {
                 token,
@@ -702,13 +1040,14 @@ impl Escrow {
                 total_steps,
                 checkpoint_interval,
                 spec_hash,
-                verifiers,
+                committee_size,
                 quorum,
+                verifier_fee,
                 deadline,
                 grace,
             } => self.create_job(
                 sender,
-                now,
+                block,
                 NewJob {
                     token: *token,
                     budget: *budget,
@@ -716,13 +1055,15 @@ impl Escrow {
                     total_steps: *total_steps,
                     checkpoint_interval: *checkpoint_interval,
                     spec_hash: *spec_hash,
-                    verifiers,
+                    committee_size: *committee_size,
                     quorum: *quorum,
+                    verifier_fee: *verifier_fee,
                     deadline: *deadline,
                     grace: *grace,
                 },
                 ev,
             ),
+            ChainTx::DrawCommittee { job_id } => self.draw_committee(*job_id, block, ev),
             ChainTx::Assign {
                 job_id,
                 provider,
@@ -748,7 +1089,7 @@ impl Escrow {
                 if job.status != Status::Assigned {
                     return Err(EscrowError::WrongStatus(job.status));
                 }
-                self.end_epoch(i, EpochEndReason::Released, ev);
+                self.close_epoch(i, now, EpochEndReason::Released, ev)?;
                 self.jobs[i].status = Status::Open;
                 Ok(())
             }
@@ -770,7 +1111,7 @@ impl Escrow {
                 let i = self.existing(*job_id)?;
                 let job = &self.jobs[i];
                 let status = job.status;
-                if !status.is_live() {
+                if !status.can_expire() {
                     return Err(EscrowError::WrongStatus(status));
                 }
                 let allowed_at = U256::from(job.deadline) + U256::from(job.grace);
@@ -780,6 +1121,7 @@ impl Escrow {
                 if status == Status::Assigned {
                     self.end_epoch(i, EpochEndReason::Expired, ev);
                 }
+                self.credit_fees(i, ev);
                 let job = &mut self.jobs[i];
                 let refund = std::mem::take(&mut job.remaining);
                 job.status = Status::Expired;
@@ -810,9 +1152,13 @@ impl Escrow {
                 if job.status != Status::Completed {
                     return Err(EscrowError::WrongStatus(job.status));
                 }
-                if job.remaining.is_zero() {
+                if job.settled {
                     return Err(EscrowError::NothingToSettle);
                 }
+                // The fees first, then the refund, as `expire` does.
+                self.credit_fees(i, ev);
+                let job = &mut self.jobs[i];
+                job.settled = true;
                 let refund = std::mem::take(&mut job.remaining);
                 let (client, token) = (job.client, job.token);
                 let credited = if self.bugs.refund_twice {
@@ -853,29 +1199,32 @@ impl Escrow {
     fn create_job(
         &mut self,
         sender: Address,
-        now: u64,
-        j: NewJob<'_>,
+        block: Block,
+        j: NewJob,
         ev: &mut Vec<Event>,
     ) -> Result<(), EscrowError> {
-        let u128_max = U256::from(u128::MAX);
+        let now = block.time;
         if j.token == Address::ZERO {
             return Err(EscrowError::ZeroAddress);
         }
         if j.budget.is_zero() || j.max_price_per_step.is_zero() {
             return Err(EscrowError::ZeroAmount);
         }
-        if j.budget > u128_max || j.max_price_per_step > u128_max {
+        if j.budget > MAX_JOB_AMOUNT
+            || j.max_price_per_step > MAX_JOB_AMOUNT
+            || j.verifier_fee > MAX_JOB_AMOUNT
+        {
             return Err(EscrowError::AmountTooLarge);
         }
         if j.total_steps == 0 || j.checkpoint_interval == 0 || j.checkpoint_interval > j.total_steps
         {
             return Err(EscrowError::InvalidSteps);
         }
-        let n = j.verifiers.len();
-        if !(MIN_VERIFIERS..=MAX_VERIFIERS).contains(&n) {
+        let size = usize::from(j.committee_size);
+        if !(MIN_VERIFIERS..=MAX_VERIFIERS).contains(&size) {
             return Err(EscrowError::InvalidVerifiers);
         }
-        if !is_strict_majority(j.quorum, n) {
+        if !is_strict_majority(j.quorum, size) {
             return Err(EscrowError::InvalidQuorum);
         }
         if j.deadline <= now {
@@ -894,21 +1243,26 @@ impl Escrow {
                 max_grace: self.max_grace,
             });
         }
-        // uint128 × uint64 cannot overflow uint256, as the contract notes.
-        let needed = j.max_price_per_step * U256::from(j.total_steps);
+        // uint96 × uint64 (+ uint96 × uint8 × uint64) cannot overflow uint256.
+        let needed = cost_bound(
+            j.max_price_per_step,
+            j.total_steps,
+            j.checkpoint_interval,
+            j.verifier_fee,
+            j.committee_size,
+        );
         if j.budget < needed {
             return Err(EscrowError::BudgetTooSmall {
                 budget: j.budget,
                 needed,
             });
         }
-        for (i, v) in j.verifiers.iter().enumerate() {
-            if *v == Address::ZERO || j.verifiers[..i].contains(v) {
-                return Err(EscrowError::InvalidVerifiers);
-            }
-            if *v == sender {
-                return Err(EscrowError::ClientIsVerifier);
-            }
+        let available = self.pool_available(sender);
+        if available < size {
+            return Err(EscrowError::NotEnoughVerifiers {
+                available: U256::from(available),
+                needed: U256::from(size),
+            });
         }
         // `_pullExact`: the token's `balanceOf` and `transferFrom`, reverting the whole call.
         let escrow = self.address();
@@ -920,26 +1274,10 @@ impl Escrow {
         t.move_checked(Some(escrow), sender, escrow, j.budget);
         self.owe(j.token, |o| o + j.budget);
         let job_id = U256::from(self.jobs.len() as u64 + 1);
-        let created = ChainEvent::JobCreated {
-            job_id,
-            client: sender,
-            token: j.token,
-            budget: j.budget,
-            max_price_per_step: j.max_price_per_step,
-            total_steps: j.total_steps,
-            checkpoint_interval: j.checkpoint_interval,
-            spec_hash: j.spec_hash,
-            verifiers: j.verifiers.to_vec(),
-            quorum: j.quorum,
-            deadline: j.deadline,
-            grace: j.grace,
-        };
-        // What `termsOf` stores: the hash of the creation's own arguments.
-        let terms = created.terms_hash().unwrap_or_default();
         self.jobs.push(Job {
             client: sender,
             epoch: 0,
-            status: Status::Open,
+            status: Status::Drawing,
             quorum: j.quorum,
             provider: Address::ZERO,
             last_accepted_step: 0,
@@ -954,10 +1292,99 @@ impl Escrow {
             grace: j.grace,
             last_checkpoint_hash: j.spec_hash,
             spec_hash: j.spec_hash,
-            verifiers: j.verifiers.to_vec(),
-            terms,
+            committee: Vec::new(),
+            committee_size: j.committee_size,
+            verifier_fee: j.verifier_fee,
+            seed_block: block.number,
+            settled: false,
+            terms: Hash::ZERO,
+            paid: Vec::new(),
         });
-        ev.push(Event::Job(created));
+        ev.push(Event::Job(ChainEvent::JobCreated {
+            job_id,
+            client: sender,
+            token: j.token,
+            budget: j.budget,
+            max_price_per_step: j.max_price_per_step,
+            total_steps: j.total_steps,
+            checkpoint_interval: j.checkpoint_interval,
+            spec_hash: j.spec_hash,
+            committee_size: j.committee_size,
+            quorum: j.quorum,
+            verifier_fee: j.verifier_fee,
+            deadline: j.deadline,
+            grace: j.grace,
+            seed_block: block.number,
+        }));
+        Ok(())
+    }
+
+    /// Pooled verifiers other than `client`: who a committee of its job can be drawn from.
+    fn pool_available(&self, client: Address) -> usize {
+        let client_pooled = self.verifier_stake_of(client).pooled;
+        self.pool.len() - usize::from(client_pooled)
+    }
+
+    fn draw_committee(
+        &mut self,
+        job_id: JobId,
+        block: Block,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), EscrowError> {
+        let i = self.existing(job_id)?;
+        let job = &self.jobs[i];
+        if job.status != Status::Drawing {
+            return Err(EscrowError::WrongStatus(job.status));
+        }
+        let seed_block = job.seed_block;
+        if block.number <= seed_block {
+            return Err(EscrowError::SeedNotMined(seed_block));
+        }
+        let hash = self.blockhash(seed_block, block.number);
+        if hash == Hash::ZERO || self.pool_changed_at > seed_block {
+            // Nobody drew within 256 blocks, or the pool changed after the seed was mined
+            // (someone who had seen it could have picked the change that draws the committee
+            // they want): a fresh seed, not a revert, so the job still gets a committee.
+            self.jobs[i].seed_block = block.number;
+            ev.push(Event::Job(ChainEvent::CommitteeSeedMoved {
+                job_id,
+                seed_block: block.number,
+            }));
+            return Ok(());
+        }
+        let (client, size) = (job.client, usize::from(job.committee_size));
+        let available = self.pool_available(client);
+        let committee = draw(draw_seed(hash, job_id), &self.pool, client, size)
+            .filter(|_| available >= size)
+            .ok_or(EscrowError::NotEnoughVerifiers {
+                available: U256::from(available),
+                needed: U256::from(size),
+            })?;
+        let job = &mut self.jobs[i];
+        let terms = JobTerms {
+            client: job.client,
+            token: job.token,
+            budget: job.deposit,
+            max_price_per_step: job.max_price_per_step,
+            total_steps: job.total_steps,
+            checkpoint_interval: job.checkpoint_interval,
+            spec_hash: job.spec_hash,
+            committee: &committee,
+            quorum: job.quorum,
+            verifier_fee: job.verifier_fee,
+            deadline: job.deadline,
+            grace: job.grace,
+        }
+        .hash();
+        job.paid = vec![0; committee.len()];
+        job.committee = committee.clone();
+        job.terms = terms;
+        job.status = Status::Open;
+        ev.push(Event::Job(ChainEvent::CommitteeDrawn {
+            job_id,
+            committee,
+            terms,
+        }));
         Ok(())
     }
 
@@ -997,13 +1424,19 @@ impl Escrow {
         if price_per_step.is_zero() {
             return Err(EscrowError::ZeroAmount);
         }
-        if job.verifiers.contains(&provider) {
+        if job.committee.contains(&provider) {
             return Err(EscrowError::ProviderIsVerifier(provider));
         }
         let new_epoch = job.epoch + 1;
         let terms = job.terms;
-        // The contract ends the live epoch before the stake check, so a provider re-assigned
-        // to its own job needs no second reservation (a later revert undoes the end).
+        // The contract closes the live epoch before the stake check, so a provider
+        // re-assigned to its own job needs no second reservation (a later revert undoes the
+        // close). The model checks first and closes on success: the same outcome.
+        let window_end = if status == Status::Assigned {
+            Some(self.window_end(now)?)
+        } else {
+            None
+        };
         let st = self.stake_of(provider);
         let releases = u64::from(status == Status::Assigned && job.provider == provider);
         let live_after_end = u64::from(st.live_epochs) - releases;
@@ -1031,7 +1464,8 @@ impl Escrow {
                 expected: provider,
             });
         }
-        if status == Status::Assigned {
+        if let Some(window_end) = window_end {
+            self.record_closed(i, window_end);
             self.end_epoch(i, EpochEndReason::Replaced, ev);
         }
         let job = &mut self.jobs[i];
@@ -1064,26 +1498,169 @@ impl Escrow {
         ev: &mut Vec<Event>,
     ) -> Result<(), EscrowError> {
         let i = self.existing(job_id)?;
-        let last = self.check_decision(i, job_id, now, epoch, step, checkpoint_hash, true, sigs)?;
-        let free_money = self.bugs.free_money;
-        let job = &mut self.jobs[i];
-        let (provider, token) = (job.provider, job.token);
-        // price ≤ maxPrice and budget ≥ maxPrice × totalSteps: `remaining` always covers it.
-        let amount = U256::from(step - last) * job.price_per_step;
-        let remaining = if free_money {
-            job.remaining
-        } else {
-            job.remaining - amount
+        let job = &self.jobs[i];
+        let live =
+            job.status == Status::Assigned && (epoch == job.epoch || self.bugs.skip_epoch_check);
+        if !live {
+            return self.accept_late(i, job_id, now, epoch, step, checkpoint_hash, sigs, ev);
+        }
+        let (last, signers) =
+            self.check_decision(i, job_id, now, epoch, step, checkpoint_hash, true, sigs)?;
+        let job = &self.jobs[i];
+        let (provider, price) = (job.provider, job.price_per_step);
+        let completes = self.pay_accept(
+            i,
+            job_id,
+            epoch,
+            step,
+            checkpoint_hash,
+            provider,
+            price,
+            last,
+            &signers,
+            ev,
+        )?;
+        if completes {
+            let job = &mut self.jobs[i];
+            job.status = Status::Completed;
+            let refund = job.remaining;
+            let st = self.stakes.entry(provider).or_default();
+            st.live_epochs = st.live_epochs.saturating_sub(1);
+            ev.push(Event::Job(ChainEvent::EpochEnded {
+                job_id,
+                epoch,
+                reason: EpochEndReason::Completed,
+            }));
+            ev.push(Event::Job(ChainEvent::JobCompleted { job_id, refund }));
+        }
+        Ok(())
+    }
+
+    /// `_acceptLate`: the accept of a checkpoint of an epoch the client ended. Bounded so
+    /// that fencing stays sound: within the window, only the next checkpoint after the head
+    /// the epoch ended at, only while that head is still the job's, once.
+    #[allow(clippy::too_many_arguments)]
+    fn accept_late(
+        &mut self,
+        i: usize,
+        job_id: JobId,
+        now: u64,
+        epoch: Epoch,
+        step: Step,
+        checkpoint_hash: Hash,
+        sigs: &[Sig65],
+        ev: &mut Vec<Event>,
+    ) -> Result<(), EscrowError> {
+        let job = &self.jobs[i];
+        let status = job.status;
+        let Some(c) = self.closed.get(&(i, epoch)).copied() else {
+            if status != Status::Assigned {
+                return Err(EscrowError::WrongStatus(status));
+            }
+            return Err(EscrowError::WrongEpoch {
+                given: epoch,
+                current: job.epoch,
+            });
         };
+        if !status.is_live() {
+            return Err(EscrowError::WrongStatus(status));
+        }
+        if now > c.window_end && !self.bugs.late_accept_after_window {
+            return Err(EscrowError::WindowClosed {
+                window_end: c.window_end,
+            });
+        }
+        if u128::from(now) > u128::from(job.deadline) + u128::from(job.grace) {
+            return Err(EscrowError::TooLate);
+        }
+        let last = job.last_accepted_step;
+        if last != c.step_at_end {
+            return Err(EscrowError::MovedOn {
+                last_accepted: last,
+                step_at_end: c.step_at_end,
+            });
+        }
+        if step <= last {
+            return Err(EscrowError::StepNotIncreasing {
+                step,
+                last_accepted: last,
+            });
+        }
+        let (total, interval) = (job.total_steps, job.checkpoint_interval);
+        if step > total || (step != total && !step.is_multiple_of(interval)) {
+            return Err(EscrowError::StepOffInterval(step));
+        }
+        if step - last > interval {
+            return Err(EscrowError::BeyondNextCheckpoint(step));
+        }
+        let signers = self.check_quorum(i, job_id, epoch, step, checkpoint_hash, true, sigs)?;
+        let completes = self.pay_accept(
+            i,
+            job_id,
+            epoch,
+            step,
+            checkpoint_hash,
+            c.provider,
+            c.price_per_step,
+            last,
+            &signers,
+            ev,
+        )?;
+        self.closed.remove(&(i, epoch));
+        if status == Status::Assigned {
+            // The live epoch started from the old head: the job goes on from the new one.
+            self.end_epoch(i, EpochEndReason::Superseded, ev);
+            self.jobs[i].status = Status::Open;
+        }
+        if completes {
+            let job = &mut self.jobs[i];
+            job.status = Status::Completed;
+            let refund = job.remaining;
+            ev.push(Event::Job(ChainEvent::JobCompleted { job_id, refund }));
+        }
+        Ok(())
+    }
+
+    /// The payment of an accept, live or late: `(step − last) × price` to `provider` and
+    /// the fee to each signer out of the budget, the head moved, `CheckpointAccepted`.
+    /// Whether the accept completes the job.
+    #[allow(clippy::too_many_arguments)]
+    fn pay_accept(
+        &mut self,
+        i: usize,
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        checkpoint_hash: Hash,
+        provider: Address,
+        price: U256,
+        last: Step,
+        signers: &[usize],
+        ev: &mut Vec<Event>,
+    ) -> Result<bool, EscrowError> {
+        let free_money = self.bugs.free_money;
+        let job = &self.jobs[i];
+        // price ≤ maxPrice, and `remaining` covers the rest of the job at the maximum
+        // price with every fee (`cost_bound`): this never underflows.
+        let amount = U256::from(step - last) * price;
+        let fees = job.verifier_fee * U256::from(signers.len());
+        let debit = if free_money { fees } else { amount + fees };
+        let remaining = job
+            .remaining
+            .checked_sub(debit)
+            .ok_or(EscrowError::Panic(0x11))?;
+        let token = job.token;
+        let voters = voters_of(signers);
+        let job = &mut self.jobs[i];
+        job.remaining = remaining;
         job.last_accepted_step = step;
         job.last_checkpoint_hash = checkpoint_hash;
-        let completes = step == job.total_steps;
-        // What is left stays in `remaining` until `settle` credits it to the client: the
-        // final accept does not touch the client's balance slot, which keeps it under 100k gas.
-        job.remaining = remaining;
-        if completes {
-            job.status = Status::Completed;
+        for s in signers {
+            if let Some(p) = job.paid.get_mut(*s) {
+                *p += 1;
+            }
         }
+        let completes = step == job.total_steps;
         self.credit(provider, token, amount);
         if free_money {
             self.owe(token, |o| o + amount);
@@ -1095,21 +1672,10 @@ impl Escrow {
             checkpoint_hash,
             provider,
             amount,
+            voters,
+            fees,
         }));
-        if completes {
-            let st = self.stakes.entry(provider).or_default();
-            st.live_epochs = st.live_epochs.saturating_sub(1);
-            ev.push(Event::Job(ChainEvent::EpochEnded {
-                job_id,
-                epoch,
-                reason: EpochEndReason::Completed,
-            }));
-            ev.push(Event::Job(ChainEvent::JobCompleted {
-                job_id,
-                refund: remaining,
-            }));
-        }
-        Ok(())
+        Ok(completes)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1124,15 +1690,52 @@ impl Escrow {
         ev: &mut Vec<Event>,
     ) -> Result<(), EscrowError> {
         let i = self.existing(job_id)?;
-        self.check_decision(i, job_id, now, epoch, step, checkpoint_hash, false, sigs)?;
-        let provider = self.jobs[i].provider;
-        let st = self.stakes.entry(provider).or_default();
-        // Every live epoch reserves `min_stake`, so this is `min_stake` unless the books broke.
-        let slashed = st.bonded.min(self.min_stake);
-        st.bonded -= slashed;
-        // Burned, not paid to anyone: whoever could cause a reject (the client, its
-        // verifiers) must not profit from one.
-        self.burned += slashed;
+        let (last, signers) =
+            self.check_decision(i, job_id, now, epoch, step, checkpoint_hash, false, sigs)?;
+        let job = &self.jobs[i];
+        let provider = job.provider;
+        let fees_asked = job.verifier_fee * U256::from(signers.len());
+        // Fees come only out of the slack above what the rest of the job can cost, so
+        // rejects cannot drain what later accepts need.
+        let reserve = cost_bound(
+            job.max_price_per_step,
+            job.total_steps - last,
+            job.checkpoint_interval,
+            job.verifier_fee,
+            job.committee_size,
+        ) + fees_asked;
+        // Whether the signers earn their fee: counted in `paid` even when the fee is zero.
+        let pay = job.remaining >= reserve || self.bugs.reject_fees_without_slack;
+        let fees = if pay { fees_asked } else { U256::ZERO };
+        let remaining = job
+            .remaining
+            .checked_sub(fees)
+            .ok_or(EscrowError::Panic(0x11))?;
+        // One honest member keeps an honest provider's stake whole: only a unanimous
+        // committee slashes.
+        let unanimous = signers.len() == job.committee.len() || self.bugs.slash_without_unanimity;
+        let voters = voters_of(&signers);
+        let job = &mut self.jobs[i];
+        job.remaining = remaining;
+        if pay {
+            for s in &signers {
+                if let Some(p) = job.paid.get_mut(*s) {
+                    *p += 1;
+                }
+            }
+        }
+        let slashed = if unanimous {
+            let st = self.stakes.entry(provider).or_default();
+            // Every live epoch reserves `min_stake`, so this is `min_stake` unless the books
+            // broke.
+            let slashed = st.bonded.min(self.min_stake);
+            st.bonded -= slashed;
+            // Burned, not paid to anyone: whoever could cause a reject must not profit.
+            self.burned += slashed;
+            slashed
+        } else {
+            U256::ZERO
+        };
         ev.push(Event::Job(ChainEvent::CheckpointRejected {
             job_id,
             epoch,
@@ -1140,12 +1743,16 @@ impl Escrow {
             checkpoint_hash,
             provider,
             slashed,
+            voters,
+            fees,
         }));
-        ev.push(Event::Slashed {
-            provider,
-            job_id,
-            amount: slashed,
-        });
+        if unanimous {
+            ev.push(Event::Slashed {
+                provider,
+                job_id,
+                amount: slashed,
+            });
+        }
         self.end_epoch(i, EpochEndReason::Rejected, ev);
         self.jobs[i].status = Status::Open;
         Ok(())
@@ -1161,20 +1768,7 @@ impl Escrow {
             return Err(EscrowError::ZeroAmount);
         }
         let st = self.stake_of(sender);
-        // `bonded + amount` is a checked uint256 addition before the uint128 bound.
-        let total = st
-            .bonded
-            .checked_add(amount)
-            .ok_or(EscrowError::Panic(0x11))?;
-        if total > U256::from(u128::MAX) {
-            return Err(EscrowError::AmountTooLarge);
-        }
-        let escrow = self.address();
-        let token = self.stake_token;
-        let t = self.tokens.entry(token).or_default();
-        t.check_transfer_from(escrow, sender, amount)?;
-        t.move_checked(Some(escrow), sender, escrow, amount);
-        self.owe(token, |o| o + amount);
+        let total = self.pull_stake(sender, st.bonded, amount)?;
         self.stakes.insert(
             sender,
             Stake {
@@ -1187,6 +1781,38 @@ impl Escrow {
             amount,
             total,
         });
+        Ok(())
+    }
+
+    /// `bonded + amount` (a checked uint256 addition, then the uint128 bound), and the pull
+    /// of `amount` of the stake token: the new bonded total.
+    fn pull_stake(
+        &mut self,
+        sender: Address,
+        bonded: U256,
+        amount: U256,
+    ) -> Result<U256, EscrowError> {
+        let total = bonded.checked_add(amount).ok_or(EscrowError::Panic(0x11))?;
+        if total > U256::from(u128::MAX) {
+            return Err(EscrowError::AmountTooLarge);
+        }
+        let escrow = self.address();
+        let token = self.stake_token;
+        let t = self.tokens.entry(token).or_default();
+        t.check_transfer_from(escrow, sender, amount)?;
+        t.move_checked(Some(escrow), sender, escrow, amount);
+        self.owe(token, |o| o + amount);
+        Ok(total)
+    }
+
+    /// Pays `amount` of the stake token out to `to` (after the caller's checks).
+    fn pay_stake(&mut self, to: Address, amount: U256) -> Result<(), EscrowError> {
+        let escrow = self.address();
+        let token = self.stake_token;
+        let t = self.tokens.entry(token).or_default();
+        t.check_transfer(escrow, amount)?;
+        t.move_checked(None, escrow, to, amount);
+        self.owe(token, |o| o.saturating_sub(amount));
         Ok(())
     }
 
@@ -1244,12 +1870,7 @@ impl Escrow {
             });
         }
         let amount = st.unbonding;
-        let escrow = self.address();
-        let token = self.stake_token;
-        let t = self.tokens.entry(token).or_default();
-        t.check_transfer(escrow, amount)?;
-        t.move_checked(None, escrow, sender, amount);
-        self.owe(token, |o| o.saturating_sub(amount));
+        self.pay_stake(sender, amount)?;
         self.stakes.insert(
             sender,
             Stake {
@@ -1260,6 +1881,117 @@ impl Escrow {
         );
         ev.push(Event::StakeWithdrawn {
             provider: sender,
+            amount,
+        });
+        Ok(())
+    }
+
+    fn register_verifier(
+        &mut self,
+        sender: Address,
+        amount: U256,
+        block_number: u64,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), EscrowError> {
+        if amount.is_zero() {
+            return Err(EscrowError::ZeroAmount);
+        }
+        let st = self.verifier_stake_of(sender);
+        let total = self.pull_stake(sender, st.bonded, amount)?;
+        let joins = !st.pooled && total >= self.min_verifier_stake;
+        if joins {
+            self.pool.push(sender);
+            self.pool_changed_at = block_number;
+        }
+        self.verifier_stakes.insert(
+            sender,
+            VerifierStake {
+                bonded: total,
+                pooled: st.pooled || joins,
+                ..st
+            },
+        );
+        ev.push(Event::VerifierStaked {
+            verifier: sender,
+            amount,
+            total,
+        });
+        Ok(())
+    }
+
+    fn request_verifier_unbond(
+        &mut self,
+        sender: Address,
+        amount: U256,
+        block: Block,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), EscrowError> {
+        let (now, block_number) = (block.time, block.number);
+        if amount.is_zero() {
+            return Err(EscrowError::ZeroAmount);
+        }
+        let st = self.verifier_stake_of(sender);
+        if amount > st.bonded {
+            return Err(EscrowError::StakeLocked {
+                free: st.bonded,
+                requested: amount,
+            });
+        }
+        let available_at = now
+            .checked_add(self.unbond_delay)
+            .ok_or(EscrowError::Panic(0x11))?;
+        let bonded = st.bonded - amount;
+        let leaves = st.pooled && bonded < self.min_verifier_stake;
+        if leaves && let Some(at) = self.pool.iter().position(|a| *a == sender) {
+            // The contract's swap-remove: the last entry takes the leaver's place, which is
+            // what later draws index.
+            self.pool.swap_remove(at);
+            self.pool_changed_at = block_number;
+        }
+        self.verifier_stakes.insert(
+            sender,
+            VerifierStake {
+                bonded,
+                unbonding: st.unbonding + amount,
+                unbond_at: available_at,
+                pooled: st.pooled && !leaves,
+            },
+        );
+        ev.push(Event::VerifierUnbondRequested {
+            verifier: sender,
+            amount,
+            available_at,
+        });
+        Ok(())
+    }
+
+    fn withdraw_verifier_stake(
+        &mut self,
+        sender: Address,
+        now: u64,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), EscrowError> {
+        let st = self.verifier_stake_of(sender);
+        if st.unbonding.is_zero() {
+            return Err(EscrowError::NotUnbonding);
+        }
+        if now < st.unbond_at {
+            return Err(EscrowError::TooEarly {
+                allowed_at: U256::from(st.unbond_at),
+            });
+        }
+        let amount = st.unbonding;
+        self.pay_stake(sender, amount)?;
+        self.verifier_stakes.insert(
+            sender,
+            VerifierStake {
+                unbonding: U256::ZERO,
+                unbond_at: 0,
+                ..st
+            },
+        );
+        ev.push(Event::VerifierStakeWithdrawn {
+            verifier: sender,
             amount,
         });
         Ok(())
@@ -1277,7 +2009,8 @@ impl Escrow {
             .ok_or(EscrowError::UnknownJob(id))
     }
 
-    /// `_checkDecision` and `_checkQuorum`; the last accepted step.
+    /// `_checkDecision`: the live epoch's checks, then the quorum. The last accepted step
+    /// and the signers' committee positions.
     #[allow(clippy::too_many_arguments)]
     fn check_decision(
         &self,
@@ -1289,7 +2022,7 @@ impl Escrow {
         checkpoint_hash: Hash,
         accept: bool,
         sigs: &[Sig65],
-    ) -> Result<Step, EscrowError> {
+    ) -> Result<(Step, Vec<usize>), EscrowError> {
         let job = &self.jobs[i];
         if job.status != Status::Assigned {
             return Err(EscrowError::WrongStatus(job.status));
@@ -1314,6 +2047,24 @@ impl Escrow {
         if step > total || (step != total && !step.is_multiple_of(job.checkpoint_interval)) {
             return Err(EscrowError::StepOffInterval(step));
         }
+        let signers = self.check_quorum(i, job_id, epoch, step, checkpoint_hash, accept, sigs)?;
+        Ok((last, signers))
+    }
+
+    /// `_checkQuorum`: every signature a valid one by a distinct committee member, at
+    /// least `quorum` of them, at most [`MAX_VERIFIERS`]. The signers' committee positions.
+    #[allow(clippy::too_many_arguments)]
+    fn check_quorum(
+        &self,
+        i: usize,
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        checkpoint_hash: Hash,
+        accept: bool,
+        sigs: &[Sig65],
+    ) -> Result<Vec<usize>, EscrowError> {
+        let job = &self.jobs[i];
         let n = sigs.len();
         if n > MAX_VERIFIERS {
             return Err(EscrowError::TooManySignatures);
@@ -1333,7 +2084,7 @@ impl Escrow {
         };
         // One digest for every signature, computed only if the scheme needs it.
         let mut digest = None;
-        let mut seen: Vec<Address> = Vec::with_capacity(n);
+        let mut seen: Vec<usize> = Vec::with_capacity(n);
         for (index, sig) in sigs.iter().enumerate() {
             let signer = self
                 .scheme
@@ -1344,15 +2095,47 @@ impl Escrow {
                 .map_err(|_| EscrowError::BadSignature {
                     index: U256::from(index),
                 })?;
-            if !job.verifiers.contains(&signer) {
+            let Some(member) = job.member_index(signer) else {
                 return Err(EscrowError::NotVerifier(signer));
-            }
-            if seen.contains(&signer) {
+            };
+            if seen.contains(&member) {
                 return Err(EscrowError::DuplicateSigner(signer));
             }
-            seen.push(signer);
+            seen.push(member);
         }
-        Ok(last)
+        Ok(seen)
+    }
+
+    /// `uint64(block.timestamp) + decisionWindow`, checked as Solidity checks it.
+    fn window_end(&self, now: u64) -> Result<u64, EscrowError> {
+        now.checked_add(self.decision_window)
+            .ok_or(EscrowError::Panic(0x11))
+    }
+
+    /// `_closeEpoch`: ends the live epoch on the client's word and keeps what a late accept
+    /// of it needs.
+    fn close_epoch(
+        &mut self,
+        i: usize,
+        now: u64,
+        reason: EpochEndReason,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), EscrowError> {
+        let window_end = self.window_end(now)?;
+        self.record_closed(i, window_end);
+        self.end_epoch(i, reason, ev);
+        Ok(())
+    }
+
+    fn record_closed(&mut self, i: usize, window_end: u64) {
+        let job = &self.jobs[i];
+        let record = ClosedEpoch {
+            provider: job.provider,
+            price_per_step: job.price_per_step,
+            step_at_end: job.last_accepted_step,
+            window_end,
+        };
+        self.closed.insert((i, job.epoch), record);
     }
 
     /// `_endEpoch`.
@@ -1369,6 +2152,29 @@ impl Escrow {
         }));
     }
 
+    /// `_creditFees`: each member's paid decisions × fee to its balance, in committee order,
+    /// members that earned nothing skipped.
+    fn credit_fees(&mut self, i: usize, ev: &mut Vec<Event>) {
+        let job = &self.jobs[i];
+        let (token, fee) = (job.token, job.verifier_fee);
+        let job_id = U256::from(i as u64 + 1);
+        let earned: Vec<(Address, U256)> = job
+            .committee
+            .iter()
+            .zip(&job.paid)
+            .filter(|(_, paid)| **paid > 0)
+            .map(|(m, paid)| (*m, fee * U256::from(*paid)))
+            .collect();
+        for (verifier, amount) in earned {
+            self.credit(verifier, token, amount);
+            ev.push(Event::FeesCredited {
+                job_id,
+                verifier,
+                amount,
+            });
+        }
+    }
+
     fn credit(&mut self, account: Address, token: Address, amount: U256) {
         *self.withdrawable.entry((account, token)).or_default() += amount;
     }
@@ -1379,539 +2185,25 @@ impl Escrow {
     }
 }
 
-/// `createJob`'s arguments, borrowed from the transaction.
-struct NewJob<'a> {
+/// The `voters` bit set of a decision: bit i for committee position i.
+fn voters_of(signers: &[usize]) -> U256 {
+    signers
+        .iter()
+        .filter(|s| **s < 256)
+        .fold(U256::ZERO, |v, s| v | (U256::from(1) << *s))
+}
+
+/// `createJob`'s arguments, copied from the transaction.
+struct NewJob {
     token: Address,
     budget: U256,
     max_price_per_step: U256,
     total_steps: Step,
     checkpoint_interval: Step,
     spec_hash: Hash,
-    verifiers: &'a [Address],
+    committee_size: u8,
     quorum: u8,
+    verifier_fee: U256,
     deadline: u64,
     grace: u64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::signing::SigningKey;
-
-    struct Fixture {
-        e: Escrow,
-        client: SigningKey,
-        prov: SigningKey,
-        v1: SigningKey,
-        v2: SigningKey,
-        token: Address,
-    }
-
-    const PARAMS: Params = Params {
-        min_stake: U256::from_limbs([100, 0, 0, 0]),
-        unbond_delay: 10,
-        max_duration: 2_000,
-        max_grace: 200,
-    };
-
-    fn setup() -> (Fixture, JobId) {
-        let token = Address::repeat_byte(0xAA);
-        let domain = EscrowDomain {
-            chain_id: 31337,
-            escrow: Address::repeat_byte(0xEE),
-        };
-        let e = Escrow::new(domain, Scheme::Secp256k1, token, PARAMS).unwrap();
-        let mut f = Fixture {
-            e,
-            client: SigningKey::from_seed(1),
-            prov: SigningKey::from_seed(2),
-            v1: SigningKey::from_seed(3),
-            v2: SigningKey::from_seed(4),
-            token,
-        };
-        let escrow = f.e.address();
-        for (who, amount) in [(f.client.address(), 10_000u64), (f.prov.address(), 1_000)] {
-            f.e.mint(token, who, U256::from(amount));
-            f.e.approve(token, who, escrow, U256::MAX);
-        }
-        f.e.apply(
-            &Call::Register {
-                amount: U256::from(100),
-            },
-            f.prov.address(),
-            1,
-        )
-        .unwrap();
-        let create = ChainTx::CreateJob {
-            token,
-            budget: U256::from(1_000),
-            max_price_per_step: U256::from(10),
-            total_steps: 100,
-            checkpoint_interval: 25,
-            spec_hash: Hash::repeat_byte(77),
-            verifiers: vec![f.v1.address(), f.v2.address()],
-            quorum: 2,
-            deadline: 1_000,
-            grace: 100,
-        };
-        let created = f.e.apply(&create.into(), f.client.address(), 1).unwrap();
-        // A late reader rebuilds exactly the event the creation emitted.
-        assert_eq!(
-            created.first().and_then(Event::job),
-            f.e.created_event(U256::from(1)).as_ref()
-        );
-        (f, U256::from(1))
-    }
-
-    impl Fixture {
-        fn assign(
-            &mut self,
-            job_id: JobId,
-            epoch: Epoch,
-            now: u64,
-        ) -> Result<Vec<Event>, EscrowError> {
-            let price = U256::from(4);
-            let fields = BidFields {
-                job_id,
-                terms: self.e.terms_of(job_id).unwrap_or_default(),
-                epoch,
-                provider: self.prov.address(),
-                price_per_step: price,
-                expiry: 500,
-            };
-            let tx = ChainTx::Assign {
-                job_id,
-                provider: self.prov.address(),
-                price_per_step: price,
-                bid_expiry: 500,
-                bid_signature: fields.sign(&self.e.domain, &self.prov),
-            };
-            self.e.apply(&tx.into(), self.client.address(), now)
-        }
-
-        fn votes(
-            &self,
-            job_id: JobId,
-            epoch: Epoch,
-            step: Step,
-            h: Hash,
-            accept: bool,
-        ) -> Vec<Sig65> {
-            let fields = VoteFields {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash: h,
-                accept,
-            };
-            [&self.v1, &self.v2]
-                .iter()
-                .map(|k| fields.sign(&self.e.domain, k))
-                .collect()
-        }
-
-        fn decide(
-            &mut self,
-            accept: bool,
-            epoch: Epoch,
-            step: Step,
-            sigs: Vec<Sig65>,
-            now: u64,
-        ) -> Result<Vec<Event>, EscrowError> {
-            let (job_id, checkpoint_hash) = (U256::from(1), Hash::repeat_byte(5));
-            let tx = if accept {
-                ChainTx::AcceptCheckpoint {
-                    job_id,
-                    epoch,
-                    step,
-                    checkpoint_hash,
-                    sigs,
-                }
-            } else {
-                ChainTx::RejectCheckpoint {
-                    job_id,
-                    epoch,
-                    step,
-                    checkpoint_hash,
-                    sigs,
-                }
-            };
-            self.e.apply(&tx.into(), self.v1.address(), now)
-        }
-
-        fn books_balance(&self) {
-            let held = self.e.balance_of(self.token, self.e.address());
-            assert_eq!(held, self.e.owed(self.token));
-            assert_eq!(held, self.e.owed_recomputed(self.token));
-        }
-    }
-
-    #[test]
-    fn pays_per_accepted_step_and_refunds_the_rest() {
-        let (mut f, j) = setup();
-        f.assign(j, 1, 2).unwrap();
-        let h = Hash::repeat_byte(5);
-        f.decide(true, 1, 25, f.votes(j, 1, 25, h, true), 3)
-            .unwrap();
-        assert_eq!(f.e.withdrawable(f.prov.address(), f.token), U256::from(100));
-        let ev = f
-            .decide(true, 1, 100, f.votes(j, 1, 100, h, true), 4)
-            .unwrap();
-        assert_eq!(
-            ev.last(),
-            Some(&Event::Job(ChainEvent::JobCompleted {
-                job_id: j,
-                refund: U256::from(600)
-            }))
-        );
-        assert_eq!(f.e.withdrawable(f.prov.address(), f.token), U256::from(400));
-        // Completion credits nothing to the client: `settle` does, once, for anyone.
-        assert_eq!(f.e.withdrawable(f.client.address(), f.token), U256::ZERO);
-        assert_eq!(f.e.stake_of(f.prov.address()).live_epochs, 0);
-        f.books_balance();
-        let settle: Call = ChainTx::Settle { job_id: j }.into();
-        let stranger = Address::repeat_byte(0x99);
-        assert_eq!(
-            f.e.apply(&settle, stranger, 5).unwrap(),
-            vec![Event::Job(ChainEvent::JobSettled {
-                job_id: j,
-                client: f.client.address(),
-                refund: U256::from(600)
-            })]
-        );
-        assert_eq!(
-            f.e.withdrawable(f.client.address(), f.token),
-            U256::from(600)
-        );
-        assert_eq!(
-            f.e.apply(&settle, stranger, 6),
-            Err(EscrowError::NothingToSettle)
-        );
-        f.books_balance();
-    }
-
-    #[test]
-    fn fencing_signatures_slashing_and_expiry_follow_the_contract() {
-        let (mut f, j) = setup();
-        let h = Hash::repeat_byte(5);
-        f.assign(j, 1, 2).unwrap();
-        // A bid signed for epoch 1 recovers to a stranger in epoch 2.
-        let replay = f.assign(j, 1, 2);
-        assert!(
-            matches!(replay, Err(EscrowError::WrongSigner { expected, .. }) if expected == f.prov.address()),
-            "{replay:?}"
-        );
-        f.assign(j, 2, 2).unwrap();
-        assert_eq!(
-            f.decide(true, 1, 25, f.votes(j, 1, 25, h, true), 3),
-            Err(EscrowError::WrongEpoch {
-                given: 1,
-                current: 2
-            })
-        );
-        assert_eq!(
-            f.decide(true, 2, 30, f.votes(j, 2, 30, h, true), 3),
-            Err(EscrowError::StepOffInterval(30))
-        );
-        assert_eq!(
-            f.decide(true, 2, 25, f.votes(j, 2, 25, h, true)[..1].to_vec(), 3),
-            Err(EscrowError::QuorumNotReached {
-                have: U256::from(1),
-                need: U256::from(2)
-            })
-        );
-        let twice = vec![f.votes(j, 2, 25, h, true)[0]; 2];
-        assert_eq!(
-            f.decide(true, 2, 25, twice, 3),
-            Err(EscrowError::DuplicateSigner(f.v1.address()))
-        );
-        let mut bad = f.votes(j, 2, 25, h, true);
-        bad[1].0[64] = 29;
-        assert_eq!(
-            f.decide(true, 2, 25, bad, 3),
-            Err(EscrowError::BadSignature {
-                index: U256::from(1)
-            })
-        );
-        // Accept votes do not count for a reject: they recover to strangers.
-        let wrong_kind = f.decide(false, 2, 25, f.votes(j, 2, 25, h, true), 3);
-        assert!(
-            matches!(wrong_kind, Err(EscrowError::NotVerifier(_))),
-            "{wrong_kind:?}"
-        );
-        let ev = f
-            .decide(false, 2, 25, f.votes(j, 2, 25, h, false), 3)
-            .unwrap();
-        assert!(ev.contains(&Event::Slashed {
-            provider: f.prov.address(),
-            job_id: j,
-            amount: U256::from(100),
-        }));
-        // Burned: the client that could cause the reject gets nothing from it.
-        assert_eq!(f.e.stake_of(f.prov.address()).bonded, U256::ZERO);
-        assert_eq!(f.e.burned(), U256::from(100));
-        assert_eq!(f.e.withdrawable(f.client.address(), f.token), U256::ZERO);
-        assert_eq!(
-            f.assign(j, 3, 2),
-            Err(EscrowError::InsufficientStake {
-                bonded: U256::ZERO,
-                needed: U256::from(100)
-            })
-        );
-        let expire: Call = ChainTx::Expire { job_id: j }.into();
-        assert_eq!(
-            f.e.apply(&expire, f.client.address(), 1099),
-            Err(EscrowError::TooEarly {
-                allowed_at: U256::from(1100)
-            })
-        );
-        let ev = f.e.apply(&expire, f.client.address(), 1100).unwrap();
-        assert_eq!(
-            ev,
-            vec![Event::Job(ChainEvent::JobExpired {
-                job_id: j,
-                refund: U256::from(1_000)
-            })]
-        );
-        assert_eq!(
-            f.e.apply(&expire, f.client.address(), 1101),
-            Err(EscrowError::WrongStatus(Status::Expired))
-        );
-        let withdraw: Call = ChainTx::Withdraw { token: f.token }.into();
-        f.e.apply(&withdraw, f.client.address(), 1101).unwrap();
-        assert_eq!(
-            f.e.balance_of(f.token, f.client.address()),
-            U256::from(10_000)
-        );
-        assert_eq!(
-            f.e.apply(&withdraw, f.client.address(), 1101),
-            Err(EscrowError::NothingToWithdraw)
-        );
-        f.books_balance();
-    }
-
-    #[test]
-    fn a_failed_pull_reverts_the_whole_call() {
-        let (mut f, _) = setup();
-        let poor = SigningKey::from_seed(9).address();
-        let create = |token| ChainTx::CreateJob {
-            token,
-            budget: U256::from(1_000),
-            max_price_per_step: U256::from(10),
-            total_steps: 100,
-            checkpoint_interval: 25,
-            spec_hash: Hash::ZERO,
-            verifiers: vec![f.v1.address(), f.v2.address()],
-            quorum: 2,
-            deadline: 1_000,
-            grace: 0,
-        };
-        let no_allowance = f.e.apply(&create(f.token).into(), poor, 1);
-        assert_eq!(
-            no_allowance,
-            Err(EscrowError::Erc20InsufficientAllowance {
-                spender: f.e.address(),
-                allowance: U256::ZERO,
-                needed: U256::from(1_000)
-            })
-        );
-        f.e.approve(f.token, poor, f.e.address(), U256::from(5_000));
-        assert_eq!(
-            f.e.apply(&create(f.token).into(), poor, 1),
-            Err(EscrowError::Erc20InsufficientBalance {
-                sender: poor,
-                balance: U256::ZERO,
-                needed: U256::from(1_000)
-            })
-        );
-        assert_eq!(
-            f.e.apply(
-                &create(Address::repeat_byte(0x77)).into(),
-                f.client.address(),
-                1
-            ),
-            Err(EscrowError::NotAToken)
-        );
-        assert_eq!(f.e.job_count(), 1);
-        // A finite allowance is spent; an unlimited one is not.
-        f.e.mint(f.token, poor, U256::from(1_000));
-        f.e.apply(&create(f.token).into(), poor, 1).unwrap();
-        assert_eq!(
-            f.e.token(f.token).unwrap().allowance(poor, f.e.address()),
-            U256::from(4_000)
-        );
-        assert_eq!(
-            f.e.token(f.token)
-                .unwrap()
-                .allowance(f.client.address(), f.e.address()),
-            U256::MAX
-        );
-        f.books_balance();
-    }
-
-    #[test]
-    fn simulated_signatures_name_their_signer() {
-        let (mut f, j) = setup();
-        f.e.scheme = Scheme::Simulated;
-        let sim = SigningKey::simulated(2);
-        let fields = BidFields {
-            job_id: j,
-            terms: f.e.terms_of(j).unwrap(),
-            epoch: 1,
-            provider: sim.address(),
-            price_per_step: U256::from(4),
-            expiry: 500,
-        };
-        let tx = ChainTx::Assign {
-            job_id: j,
-            provider: sim.address(),
-            price_per_step: U256::from(4),
-            bid_expiry: 500,
-            bid_signature: fields.sign(&f.e.domain, &sim),
-        };
-        f.e.apply(&tx.into(), f.client.address(), 2).unwrap();
-        // A secp256k1 signature is refused by the simulated scheme, as its machines refuse it.
-        let real = f.votes(j, 1, 25, Hash::ZERO, true);
-        assert_eq!(
-            f.decide(true, 1, 25, real, 3),
-            Err(EscrowError::BadSignature { index: U256::ZERO })
-        );
-    }
-
-    #[test]
-    fn stake_is_reserved_per_epoch_and_a_provider_can_resign() {
-        let (mut f, j) = setup();
-        // A second job: the provider's one minimum stake cannot back two epochs.
-        let token = f.token;
-        let create = |verifiers: Vec<Address>, quorum: u8, deadline: u64, grace: u64| {
-            Call::from(ChainTx::CreateJob {
-                token,
-                budget: U256::from(1_000),
-                max_price_per_step: U256::from(10),
-                total_steps: 100,
-                checkpoint_interval: 25,
-                spec_hash: Hash::repeat_byte(78),
-                verifiers,
-                quorum,
-                deadline,
-                grace,
-            })
-        };
-        let pair = vec![f.v1.address(), f.v2.address()];
-        let c = f.client.address();
-        assert_eq!(
-            f.e.apply(&create(pair.clone(), 2, 2_002, 0), c, 1),
-            Err(EscrowError::DeadlineTooFar {
-                deadline: 2_002,
-                latest: U256::from(2_001)
-            })
-        );
-        assert_eq!(
-            f.e.apply(&create(pair.clone(), 2, 900, 201), c, 1),
-            Err(EscrowError::GraceTooLong {
-                grace: 201,
-                max_grace: 200
-            })
-        );
-        assert_eq!(
-            f.e.apply(&create(vec![f.v1.address()], 1, 900, 0), c, 1),
-            Err(EscrowError::InvalidVerifiers)
-        );
-        let three = vec![f.v1.address(), f.v2.address(), Address::repeat_byte(3)];
-        assert_eq!(
-            f.e.apply(&create(three.clone(), 1, 900, 0), c, 1),
-            Err(EscrowError::InvalidQuorum)
-        );
-        assert_eq!(
-            f.e.apply(&create(vec![f.v1.address(), c], 2, 900, 0), c, 1),
-            Err(EscrowError::ClientIsVerifier)
-        );
-        let with_provider = vec![f.v1.address(), f.prov.address(), f.v2.address()];
-        f.e.apply(&create(with_provider, 2, 900, 0), c, 1).unwrap();
-        assert_eq!(
-            f.assign(U256::from(2), 1, 2),
-            Err(EscrowError::ProviderIsVerifier(f.prov.address()))
-        );
-        f.e.apply(&create(pair, 2, 900, 0), c, 1).unwrap();
-        let k = U256::from(3);
-        f.assign(j, 1, 2).unwrap();
-        assert_eq!(
-            f.assign(k, 1, 2),
-            Err(EscrowError::InsufficientStake {
-                bonded: U256::from(100),
-                needed: U256::from(200)
-            })
-        );
-        // Re-assigning the same provider to its own job releases the old reservation first.
-        f.assign(j, 2, 2).unwrap();
-        let p = f.prov.address();
-        // Only the unreserved part can unbond while an epoch is live.
-        f.e.apply(
-            &Call::Register {
-                amount: U256::from(50),
-            },
-            p,
-            2,
-        )
-        .unwrap();
-        assert_eq!(
-            f.e.apply(
-                &Call::RequestUnbond {
-                    amount: U256::from(51)
-                },
-                p,
-                2
-            ),
-            Err(EscrowError::StakeLocked {
-                free: U256::from(50),
-                requested: U256::from(51)
-            })
-        );
-        f.e.apply(
-            &Call::RequestUnbond {
-                amount: U256::from(50),
-            },
-            p,
-            2,
-        )
-        .unwrap();
-        // Resigning ends the epoch without a slash and frees the rest.
-        let resign: Call = ChainTx::Resign { job_id: j }.into();
-        assert_eq!(f.e.apply(&resign, c, 3), Err(EscrowError::NotProvider));
-        assert_eq!(
-            f.e.apply(&resign, p, 3).unwrap(),
-            vec![Event::Job(ChainEvent::EpochEnded {
-                job_id: j,
-                epoch: 2,
-                reason: EpochEndReason::Resigned
-            })]
-        );
-        assert_eq!(
-            f.e.apply(&resign, p, 3),
-            Err(EscrowError::WrongStatus(Status::Open))
-        );
-        let st = f.e.stake_of(p);
-        assert_eq!(
-            (st.bonded, st.unbonding, st.live_epochs),
-            (U256::from(100), U256::from(50), 0)
-        );
-        f.e.apply(
-            &Call::RequestUnbond {
-                amount: U256::from(100),
-            },
-            p,
-            4,
-        )
-        .unwrap();
-        assert_eq!(
-            f.e.apply(&Call::WithdrawStake, p, 13),
-            Err(EscrowError::TooEarly {
-                allowed_at: U256::from(14)
-            })
-        );
-        f.e.apply(&Call::WithdrawStake, p, 14).unwrap();
-        assert_eq!(f.e.balance_of(f.token, p), U256::from(1_000));
-        assert_eq!(f.e.burned(), U256::ZERO);
-        f.books_balance();
-    }
 }

@@ -203,6 +203,14 @@ pub enum Notice {
     UnknownJob {
         job_id: JobId,
     },
+    /// The provider submitted the accept of its own checkpoint: the client had not landed
+    /// it in time, or (`late`) had ended the epoch before it landed.
+    ClaimSubmitted {
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        late: bool,
+    },
     /// The provider will not bid on the job: its terms break `rule`. Reported once per job
     /// and rule, not on every event that would have let it bid.
     BidRefused {

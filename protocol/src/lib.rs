@@ -6,10 +6,12 @@
 //! the binary's wall-clock time drive the exact same code.
 
 pub mod chain;
+pub mod chain_record;
 pub mod client;
 pub mod detector;
 pub mod eip712;
 pub mod escrow;
+pub mod faults;
 pub mod io;
 pub mod messages;
 pub mod provider;

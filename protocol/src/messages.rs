@@ -46,7 +46,7 @@ pub struct NodeHello {
     pub signature: Sig65,
 }
 
-/// The client's call for bids on a job it created on chain.
+/// The client's call for bids on a job whose committee the escrow has drawn.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobOffer {
     pub job_id: JobId,
@@ -55,7 +55,9 @@ pub struct JobOffer {
     pub next_epoch: Epoch,
     pub spec: JobSpec,
     pub max_price_per_step: U256,
-    pub verifiers: Vec<Address>,
+    /// The committee the escrow drew (`CommitteeDrawn`), in draw order. Advisory: providers
+    /// and verifiers act on the chain's event, never on this copy.
+    pub committee: Vec<Address>,
     pub quorum: u8,
     pub signature: Sig65,
 }

@@ -1,15 +1,27 @@
-//! The provider: bids on offers that fit its hardware, acts on its chain assignment (never on
-//! gossip), drives the trainer, heartbeats, announces checkpoints, and stops as soon as its
-//! epoch is fenced.
+//! The provider: vets a job once the escrow has drawn its committee, bids on offers that fit
+//! its hardware, acts on its chain assignment (never on gossip), drives the trainer,
+//! heartbeats, announces checkpoints, and stops as soon as its epoch is fenced.
 //!
 //! ```text
-//!  Idle ──JobOffer fits──> Bidding(epoch e) ──ProviderAssigned(e, me)──> Training(e)
+//!  Idle ──JobOffer fits, CommitteeDrawn vetted──> Bidding(epoch e) ──ProviderAssigned(e, me)──> Training(e)
 //!   ^          ^──ProviderAssigned(e, other) / EpochEnded: standby bid for the next epoch
 //!   │   Training(e) ──ProviderAssigned(e' > e) | EpochEnded(e) | CheckpointRejected(e)──> fenced: StopTraining
 //!   └── Training(e) ──JobCompleted | JobExpired──> Done
 //! ```
 //! Heartbeats keep going after the last step until the job completes, so the client does not
 //! mistake a provider waiting for its final vote for a dead one.
+//!
+//! The provider also collects the verifiers' accept votes on its own checkpoints and submits
+//! the accept itself when the client has not landed it within [`CLAIM_AFTER`], or at once
+//! when the client ended the epoch (the escrow's decision window keeps such an accept
+//! payable): being paid for verified work never depends on the client's goodwill. Claims
+//! end with whatever makes them unpayable: the accept landed, the head moved past them, the
+//! epoch ended otherwise than by the client, the job finished, the claim failed, or
+//! [`CLAIM_KEPT_FOR`] passed.
+//!
+//! One file on purpose, though long: vetting, bidding, training and claims all read and
+//! write the same per-job record, and each reacts to the same chain events; split, every
+//! transition would be spread over several files.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
@@ -17,11 +29,11 @@ use std::time::Duration;
 
 use alloy_primitives::{Address, U256};
 
-use crate::chain::ChainEvent;
-use crate::eip712::EscrowDomain;
+use crate::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
+use crate::eip712::{EscrowDomain, JobTerms};
 use crate::escrow::{MIN_VERIFIERS, is_strict_majority};
 use crate::io::{Input, Notice, Output, Passed, StateMachine};
-use crate::messages::{Bid, CheckpointAnnounce, Hardware, Heartbeat, JobOffer, state_root};
+use crate::messages::{Bid, CheckpointAnnounce, Hardware, Heartbeat, JobOffer, Vote, state_root};
 use crate::signing::{Scheme, Sig65, SigningKey};
 use crate::spec::JobSpec;
 use crate::time::Time;
@@ -38,25 +50,53 @@ const MAX_UNCONFIRMED_OFFERS: usize = 64;
 /// published again: several blocks on a public chain, so a decision normally lands first.
 pub const REGOSSIP_AFTER: Duration = Duration::from_secs(10);
 
+/// How long a quorum of accepts on our checkpoint waits for someone else (the client, whose
+/// job it is) to land it before the provider submits it: long enough that an honest client's
+/// transaction is normally first, so the accept is not paid for twice in gas.
+pub const CLAIM_AFTER: Duration = Duration::from_secs(3);
+
+/// How long votes on a checkpoint of an epoch that has ended are kept for a claim: past the
+/// escrow's decision window on any deployment we make (testnets use 120 s).
+pub const CLAIM_KEPT_FOR: Duration = Duration::from_secs(15 * 60);
+
+/// The provider's transaction ids start here, apart from the client's on a node running both.
+const CLAIM_TX_BASE: u64 = 1 << 62;
+
+/// A checkpoint we announced, with the committee's accept votes heard for it.
+#[derive(Clone, Debug, Default)]
+struct Claim {
+    checkpoint_hash: Hash,
+    votes: BTreeMap<Address, Sig65>,
+    /// When it is submitted if not decided before; `None` until a quorum is heard.
+    due: Option<Time>,
+    /// Dropped after this; set when the client ends its epoch (the escrow's decision window
+    /// is shorter).
+    keep_until: Option<Time>,
+    submitted: bool,
+}
+
 /// Why the provider will not bid on a job: each rule of [`Vetting`], and the older fit checks.
 /// The node logs each refusal with its rule and counts them for `gpuchain provider status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum VetRule {
     /// The job pays in a token not on the allowlist.
     Token,
-    /// Fewer than two verifiers, or a quorum that is not a strict majority of them.
+    /// A committee of fewer than two, or a quorum that is not a strict majority of it.
     Quorum,
-    /// The client is one of its own job's verifiers.
+    /// The client sits on its own job's committee.
     ClientIsVerifier,
-    /// This provider is one of the job's verifiers (the escrow refuses that assignment).
+    /// This provider sits on the job's committee (the escrow refuses that assignment).
     ProviderIsVerifier,
+    /// The drawn terms are not the hash of the job this provider read: its bid would bind
+    /// it to terms it never vetted.
+    Terms,
     /// The deadline is further from now than the provider's limit.
     Deadline,
     /// The grace after the deadline is longer than the provider's limit.
     Grace,
     /// Its free stake cannot back one more epoch.
     Stake,
-    /// The job's verifiers rejected this provider's work before.
+    /// A quorum of the job's committee rejected this provider's work before.
     RejectedBefore,
     /// The offer's maximum price is below this provider's price.
     Price,
@@ -71,6 +111,7 @@ impl VetRule {
             VetRule::Quorum => "quorum",
             VetRule::ClientIsVerifier => "client-is-verifier",
             VetRule::ProviderIsVerifier => "provider-is-verifier",
+            VetRule::Terms => "terms",
             VetRule::Deadline => "deadline",
             VetRule::Grace => "grace",
             VetRule::Stake => "stake",
@@ -119,21 +160,55 @@ impl Default for Vetting {
     }
 }
 
-/// The parts of `JobCreated` the provider bids on and vets.
+/// The parts of `JobCreated` and `CommitteeDrawn` the provider bids on and vets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ChainJob {
     spec_hash: Hash,
     client: Address,
     token: Address,
+    budget: U256,
     max_price_per_step: U256,
     total_steps: Step,
     checkpoint_interval: Step,
-    verifiers: Vec<Address>,
     quorum: u8,
+    verifier_fee: U256,
     deadline: u64,
     grace: u64,
-    /// What bids are signed over.
+    /// From `CommitteeDrawn`: none is bid on before.
+    drawn: Option<Drawn>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Drawn {
+    committee: Vec<Address>,
+    /// The terms `CommitteeDrawn` announced.
+    announced: Hash,
+    /// The terms of the job as this provider read it: what its bids sign.
     terms: Hash,
+}
+
+impl ChainJob {
+    fn committee(&self) -> &[Address] {
+        self.drawn.as_ref().map_or(&[], |d| &d.committee)
+    }
+
+    fn terms_with(&self, committee: &[Address]) -> Hash {
+        JobTerms {
+            client: self.client,
+            token: self.token,
+            budget: self.budget,
+            max_price_per_step: self.max_price_per_step,
+            total_steps: self.total_steps,
+            checkpoint_interval: self.checkpoint_interval,
+            spec_hash: self.spec_hash,
+            committee,
+            quorum: self.quorum,
+            verifier_fee: self.verifier_fee,
+            deadline: self.deadline,
+            grace: self.grace,
+        }
+        .hash()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -190,7 +265,7 @@ struct ProviderJob {
     /// The offer's spec hash, computed once (CBOR and BLAKE3 of the spec): the offer is
     /// compared with the chain on every event of the job.
     offer_spec_hash: Hash,
-    /// From `JobCreated`.
+    /// From `JobCreated` (and `CommitteeDrawn`).
     chain: Option<ChainJob>,
     chain_epoch: Epoch,
     bid_epochs: BTreeSet<Epoch>,
@@ -198,10 +273,12 @@ struct ProviderJob {
     done: bool,
     /// This provider holds the job's current epoch on chain (what its stake reserves).
     holds_epoch: bool,
-    /// The job's verifiers rejected this provider's work: it never bids on the job again.
+    /// The job's committee rejected this provider's work: it never bids on the job again.
     rejected_me: bool,
     /// The last rule that refused a bid, so each refusal is reported once, not per event.
     refused: Option<VetRule>,
+    /// Our undecided checkpoints, by (epoch, step), kept past a fence for a late claim.
+    claims: BTreeMap<(Epoch, Step), Claim>,
 }
 
 impl ProviderJob {
@@ -212,6 +289,7 @@ impl ProviderJob {
                 self.offer_spec_hash == c.spec_hash
                     && o.client == c.client
                     && o.max_price_per_step == c.max_price_per_step
+                    && c.drawn.as_ref().is_none_or(|d| d.committee == o.committee)
             }
             _ => true,
         }
@@ -247,6 +325,11 @@ pub struct Provider {
     block_time: u64,
     /// Bids refused, by the rule that refused them (each job counted once per rule).
     refusals: BTreeMap<VetRule, u64>,
+    /// Claims with a time set (due, or to be dropped), by that time.
+    claim_timers: BTreeSet<(Time, JobId, Epoch, Step)>,
+    /// Submitted claims by transaction id, so a failure drops the right one.
+    claim_txs: BTreeMap<TxId, (JobId, Epoch, Step)>,
+    next_tx: u64,
     outputs: VecDeque<Output>,
 }
 
@@ -259,7 +342,135 @@ impl Provider {
             training_jobs: BTreeMap::new(),
             block_time: 0,
             refusals: BTreeMap::new(),
+            claim_timers: BTreeSet::new(),
+            claim_txs: BTreeMap::new(),
+            next_tx: CLAIM_TX_BASE,
             outputs: VecDeque::new(),
+        }
+    }
+
+    /// Accept votes for a checkpoint of ours: counted per committee member; a quorum sets
+    /// the claim due (at once when the epoch is already over).
+    fn on_vote(&mut self, now: Time, vote: &Vote) {
+        let Some(job) = self.jobs.get_mut(&vote.job_id) else {
+            return;
+        };
+        let Some(chain) = job.chain.as_ref() else {
+            return;
+        };
+        if !vote.accept || !chain.committee().contains(&vote.verifier) {
+            return;
+        }
+        let quorum = usize::from(chain.quorum);
+        let live = job.holds_epoch && job.chain_epoch == vote.epoch;
+        let Some(claim) = job.claims.get_mut(&(vote.epoch, vote.step)) else {
+            return;
+        };
+        if claim.checkpoint_hash != vote.checkpoint_hash || claim.submitted {
+            return;
+        }
+        claim.votes.insert(vote.verifier, vote.signature);
+        if claim.votes.len() >= quorum && claim.due.is_none() {
+            let due = if live {
+                now.saturating_add(CLAIM_AFTER)
+            } else {
+                now
+            };
+            claim.due = Some(due);
+            self.claim_timers
+                .insert((due, vote.job_id, vote.epoch, vote.step));
+        }
+    }
+
+    /// Drops the job's claims that `keep` refuses, with their timers and transactions: a
+    /// dropped claim must not wake the driver for nothing, nor stay in memory.
+    fn retain_claims(&mut self, job_id: JobId, mut keep: impl FnMut(Epoch, Step, &Claim) -> bool) {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        let mut dropped = Vec::new();
+        job.claims.retain(|(e, s), c| {
+            let kept = keep(*e, *s, c);
+            if !kept {
+                dropped.push((*e, *s));
+            }
+            kept
+        });
+        if dropped.is_empty() {
+            return;
+        }
+        let gone = |j: &JobId, e: &Epoch, s: &Step| *j == job_id && dropped.contains(&(*e, *s));
+        self.claim_timers.retain(|(_, j, e, s)| !gone(j, e, s));
+        self.claim_txs.retain(|_, (j, e, s)| !gone(j, e, s));
+    }
+
+    /// Submits the claims that are due and drops the ones kept too long.
+    fn on_claim_timers(&mut self, now: Time) {
+        while let Some(&(at, job_id, epoch, step)) = self.claim_timers.first() {
+            if at > now {
+                break;
+            }
+            self.claim_timers.pop_first();
+            let Some(job) = self.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            let Some(claim) = job.claims.get_mut(&(epoch, step)) else {
+                continue;
+            };
+            // Past the decision window the escrow refuses it: not worth the gas.
+            if claim.keep_until.is_some_and(|k| k <= now) {
+                self.retain_claims(job_id, |e, s, _| (e, s) != (epoch, step));
+                continue;
+            }
+            if claim.submitted || claim.due.is_none_or(|d| d > now) {
+                continue;
+            }
+            claim.submitted = true;
+            // BTreeMap order: ascending signer address.
+            let sigs = claim.votes.values().copied().collect();
+            let late = !(job.holds_epoch && job.chain_epoch == epoch);
+            let id = TxId(self.next_tx);
+            self.next_tx += 1;
+            self.claim_txs.insert(id, (job_id, epoch, step));
+            self.outputs.push_back(Output::SubmitTx {
+                id,
+                tx: ChainTx::AcceptCheckpoint {
+                    job_id,
+                    epoch,
+                    step,
+                    checkpoint_hash: claim.checkpoint_hash,
+                    sigs,
+                },
+            });
+            self.outputs
+                .push_back(Output::Notice(Notice::ClaimSubmitted {
+                    job_id,
+                    epoch,
+                    step,
+                    late,
+                }));
+        }
+    }
+
+    /// The epoch ended: its claims are kept for a late accept if the client ended it (the
+    /// escrow's decision window), and made due at once if they have a quorum; otherwise
+    /// nothing of it can be paid any more.
+    fn end_claims(&mut self, now: Time, job_id: JobId, epoch: Epoch, reason: EpochEndReason) {
+        if !reason.by_client() {
+            self.retain_claims(job_id, |e, _, _| e != epoch);
+            return;
+        }
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        let keep_until = now.saturating_add(CLAIM_KEPT_FOR);
+        for ((e, step), claim) in job.claims.iter_mut().filter(|((e, _), _)| *e == epoch) {
+            claim.keep_until = Some(keep_until);
+            self.claim_timers.insert((keep_until, job_id, *e, *step));
+            if claim.due.is_some_and(|d| d > now) {
+                claim.due = Some(now);
+                self.claim_timers.insert((now, job_id, *e, *step));
+            }
         }
     }
 
@@ -290,17 +501,20 @@ impl Provider {
     fn vet(&self, job: &ProviderJob, chain: &ChainJob, spec: &JobSpec) -> Option<VetRule> {
         let v = &self.config.vetting;
         let me = self.key.address();
-        let n = chain.verifiers.len();
+        let committee = chain.committee();
+        let n = committee.len();
         Some(if job.rejected_me {
             VetRule::RejectedBefore
         } else if !v.tokens.is_empty() && !v.tokens.contains(&chain.token) {
             VetRule::Token
         } else if n < MIN_VERIFIERS || !is_strict_majority(chain.quorum, n) {
             VetRule::Quorum
-        } else if chain.verifiers.contains(&chain.client) {
+        } else if committee.contains(&chain.client) {
             VetRule::ClientIsVerifier
-        } else if chain.verifiers.contains(&me) {
+        } else if committee.contains(&me) {
             VetRule::ProviderIsVerifier
+        } else if chain.drawn.as_ref().is_none_or(|d| d.terms != d.announced) {
+            VetRule::Terms
         } else if chain.deadline.saturating_sub(self.block_time) > v.max_duration_secs {
             VetRule::Deadline
         } else if chain.grace > v.max_grace_secs {
@@ -328,8 +542,9 @@ impl Provider {
         let Some(offer) = job.offer.as_ref() else {
             return;
         };
-        // Only chain-confirmed jobs get bids: offers are free to forge.
-        let Some(chain) = job.chain.as_ref() else {
+        // Only chain-confirmed jobs with a drawn committee get bids: offers are free to forge,
+        // and there are no terms to sign before the draw.
+        let Some(chain) = job.chain.as_ref().filter(|c| c.drawn.is_some()) else {
             return;
         };
         if busy
@@ -351,7 +566,7 @@ impl Provider {
             }
             return;
         }
-        let terms = chain.terms;
+        let terms = chain.drawn.as_ref().map(|d| d.terms).unwrap_or_default();
         let bid = Bid {
             job_id,
             terms,
@@ -444,7 +659,11 @@ impl Provider {
         }
         let spec_hash = offer.spec.spec_hash();
         if let Some(c) = &job.chain
-            && (spec_hash != c.spec_hash || offer.client != c.client)
+            && (spec_hash != c.spec_hash
+                || offer.client != c.client
+                || c.drawn
+                    .as_ref()
+                    .is_some_and(|d| d.committee != offer.committee))
         {
             return Verdict::Reject(RejectReason::OfferMismatch);
         }
@@ -458,36 +677,59 @@ impl Provider {
         self.block_time = self.block_time.max(block_time);
         let me = self.key.address();
         let job_id = event.job_id();
-        let terms = event.terms_hash();
         match event {
             ChainEvent::JobCreated {
                 client,
                 token,
+                budget,
                 max_price_per_step,
                 total_steps,
                 checkpoint_interval,
                 spec_hash,
-                verifiers,
                 quorum,
+                verifier_fee,
                 deadline,
                 grace,
                 ..
             } => {
                 let job = self.jobs.entry(job_id).or_default();
+                if job.chain.is_some() {
+                    return;
+                }
                 job.chain = Some(ChainJob {
                     spec_hash,
                     client,
                     token,
+                    budget,
                     max_price_per_step,
                     total_steps,
                     checkpoint_interval,
-                    verifiers,
                     quorum,
+                    verifier_fee,
                     deadline,
                     grace,
-                    terms: terms.unwrap_or_default(),
+                    drawn: None,
                 });
-                // An offer that arrived before the chain confirmed the job is bid on now.
+                if !job.offer_matches_chain() {
+                    job.offer = None;
+                }
+            }
+            ChainEvent::CommitteeSeedMoved { .. } => {}
+            ChainEvent::CommitteeDrawn {
+                committee, terms, ..
+            } => {
+                let Some(job) = self.jobs.get_mut(&job_id) else {
+                    return;
+                };
+                let Some(chain) = job.chain.as_mut().filter(|c| c.drawn.is_none()) else {
+                    return;
+                };
+                chain.drawn = Some(Drawn {
+                    terms: chain.terms_with(&committee),
+                    announced: terms,
+                    committee,
+                });
+                // An offer that arrived before the draw is bid on now.
                 if !job.offer_matches_chain() {
                     job.offer = None;
                 }
@@ -559,6 +801,7 @@ impl Provider {
                 self.heartbeat(job_id, now);
             }
             ChainEvent::EpochEnded { epoch, reason, .. } => {
+                self.end_claims(now, job_id, epoch, reason);
                 let Some(job) = self.jobs.get_mut(&job_id) else {
                     return;
                 };
@@ -567,11 +810,8 @@ impl Provider {
                 }
                 if job.training.as_ref().is_some_and(|t| t.epoch == epoch) {
                     // A completed (or expired) job ends the epoch without fencing anyone.
-                    let fenced = !matches!(
-                        reason,
-                        crate::chain::EpochEndReason::Completed
-                            | crate::chain::EpochEndReason::Expired
-                    );
+                    let fenced =
+                        !matches!(reason, EpochEndReason::Completed | EpochEndReason::Expired);
                     self.stop(job_id, fenced);
                 }
                 self.maybe_bid(job_id, epoch.saturating_add(1));
@@ -588,10 +828,11 @@ impl Provider {
                 if provider != me {
                     return;
                 }
-                // Whatever the reason, a job whose verifiers rejected our work once can do it
+                // Whatever the reason, a job whose committee rejected our work once can do it
                 // again: bidding there only lends them our stake.
                 job.rejected_me = true;
                 let training = job.training.as_ref().is_some_and(|t| t.epoch == epoch);
+                self.retain_claims(job_id, |e, _, _| e != epoch);
                 if let Some(st) = self.config.vetting.stake.as_mut() {
                     st.bonded = st.bonded.saturating_sub(slashed);
                 }
@@ -605,6 +846,9 @@ impl Provider {
                 provider,
                 ..
             } => {
+                // Whoever's it was, nothing at or before the new head can be paid again, and
+                // an epoch the client ended can be paid only from the head it ended at.
+                self.retain_claims(job_id, |_, s, c| s > step && c.keep_until.is_none());
                 if provider == me
                     && let Some(t) = self
                         .jobs
@@ -618,6 +862,7 @@ impl Provider {
             ChainEvent::JobSettled { .. } => {}
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
                 self.stop(job_id, false);
+                self.retain_claims(job_id, |_, _, _| false);
                 if let Some(job) = self.jobs.get_mut(&job_id) {
                     job.done = true;
                     // Kept only to refuse the job from now on: its offer (with the spec) is
@@ -677,6 +922,15 @@ impl Provider {
         t.last_announced = step;
         t.last_step = t.last_step.max(step);
         t.undecided.insert(step, (ann.clone(), now));
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            job.claims.insert(
+                (epoch, step),
+                Claim {
+                    checkpoint_hash,
+                    ..Claim::default()
+                },
+            );
+        }
         self.outputs.push_back(Output::Publish {
             topic: job_topic(job_id),
             message: Message::CheckpointAnnounce(ann),
@@ -689,9 +943,15 @@ impl StateMachine for Provider {
         (self.config.domain, self.key.scheme())
     }
 
-    fn on_checked(&mut self, _now: Time, msg: &Message, _: Passed) -> Verdict {
+    fn on_checked(&mut self, now: Time, msg: &Message, _: Passed) -> Verdict {
         match msg {
             Message::JobOffer(o) => self.on_offer(o),
+            // Counted for our own claims only; whether a vote is worth relaying is the
+            // client's and the verifiers' business.
+            Message::Vote(v) => {
+                self.on_vote(now, v);
+                Verdict::Accept
+            }
             _ => Verdict::Accept,
         }
     }
@@ -742,8 +1002,14 @@ impl StateMachine for Provider {
                     }
                 }
             }
+            Input::TxFailed { id, .. } => {
+                // Someone else landed it, or the window is over: either way it is not ours to
+                // send again.
+                if let Some((job_id, epoch, step)) = self.claim_txs.remove(&id) {
+                    self.retain_claims(job_id, |e, s, _| (e, s) != (epoch, step));
+                }
+            }
             Input::ConnectionClosed { .. }
-            | Input::TxFailed { .. }
             | Input::BlobFetched { .. }
             | Input::QualityResult { .. }
             | Input::SpotCheckResult { .. } => {}
@@ -763,10 +1029,16 @@ impl StateMachine for Provider {
             self.heartbeat(job_id, now);
             next = due_after(&self.training_jobs, Bound::Excluded(job_id));
         }
+        self.on_claim_timers(now);
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.training_jobs.values().min().copied()
+        let claim = self.claim_timers.first().map(|(at, ..)| *at);
+        let heartbeat = self.training_jobs.values().min().copied();
+        match (claim, heartbeat) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn poll_output(&mut self) -> Option<Output> {

@@ -13,8 +13,12 @@ pub const INITIAL: Score = 0;
 pub const CHECKPOINT_ACCEPTED: Score = 10;
 /// They stopped heartbeating mid-epoch (dead, frozen or partitioned).
 pub const PROVIDER_LOST: Score = -100;
-/// A verifier quorum rejected their checkpoint (junk or cheating); slashed on chain too.
+/// The whole committee rejected their checkpoint (junk or cheating): slashed on chain too.
 pub const CHECKPOINT_REJECTED: Score = -1000;
+/// A quorum but not the whole committee rejected it: no slash, since one member saw it
+/// honest. Byzantine members can cause this to an honest provider, so one alone must not
+/// ban it; two do.
+pub const CHECKPOINT_REJECTED_UNSLASHED: Score = -300;
 /// Below this a provider's bids are not considered at all.
 pub const BANNED_BELOW: Score = -500;
 /// Scores are clamped so one long honest history cannot buy unlimited misbehaviour.
@@ -44,6 +48,16 @@ impl Reputation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unanimous_rejection_bans_a_split_one_does_not() {
+        let mut r = Reputation::default();
+        let a = Address::repeat_byte(2);
+        r.adjust(a, CHECKPOINT_REJECTED_UNSLASHED);
+        assert!(!r.is_banned(&a));
+        r.adjust(a, CHECKPOINT_REJECTED_UNSLASHED);
+        assert!(r.is_banned(&a));
+    }
 
     #[test]
     fn rejection_bans_loss_does_not() {

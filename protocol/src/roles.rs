@@ -10,19 +10,25 @@
 //!   an offer): a stale heartbeat that the client ignores must stay ignored when the node
 //!   also verifies.
 //! - Outputs come out client first, then provider, then verifier, each machine's in the order
-//!   it made them.
+//!   it made them. A test fault ([`ClientFault`], TESTING ONLY) filters the client's.
 //! - The timeout is the earliest of the machines'.
+//! - Every chain event, whatever the roles, is folded into one [`ChainRecord`] (what the
+//!   node's `provider status` and `job status` show), the restore's history included.
 //! - [`Roles::restore`] rebuilds the machines after a restart from the chain history the
 //!   node's chain follower had already handled: the client with [`Client::restore`], the
 //!   provider and the verifier by replaying the history without acting on it (only their
-//!   subscriptions are kept). An epoch the provider was training when the process died is
+//!   subscriptions are kept). The history includes the committee events (`JobCreated`,
+//!   `CommitteeSeedMoved`, `CommitteeDrawn`): a client whose job was still drawing asks
+//!   for the draw again, and a verifier learns its seats from the draws. An epoch the provider was training when the process died is
 //!   lost with its trainer: the restored provider drops it and stays silent, and the client's
 //!   detector moves on, rather than resuming half-known work.
 
 use std::collections::{BTreeSet, VecDeque};
 
 use crate::chain::ChainEvent;
+use crate::chain_record::ChainRecord;
 use crate::client::{Client, ClientConfig};
+use crate::faults::ClientFault;
 use crate::io::{Input, Output, StateMachine};
 use crate::provider::{Provider, ProviderConfig};
 use crate::signing::SigningKey;
@@ -49,6 +55,10 @@ pub struct Roles {
     client: Option<Box<Client>>,
     provider: Option<Box<Provider>>,
     verifier: Option<Box<Verifier>>,
+    /// TESTING ONLY: what the client's outputs go through.
+    client_fault: Option<ClientFault>,
+    /// Every job's record on chain.
+    record: ChainRecord,
     /// What a restore kept from the provider's and verifier's replay (their subscriptions),
     /// handed out before anything the machines produce later.
     restored: VecDeque<Output>,
@@ -67,6 +77,8 @@ impl Roles {
             verifier: configs
                 .verifier
                 .map(|c| Box::new(Verifier::new(c, key.clone()))),
+            client_fault: None,
+            record: ChainRecord::default(),
             restored: VecDeque::new(),
         }
     }
@@ -81,6 +93,8 @@ impl Roles {
             client: client.map(Box::new),
             provider: provider.map(Box::new),
             verifier: verifier.map(Box::new),
+            client_fault: None,
+            record: ChainRecord::default(),
             restored: VecDeque::new(),
         }
     }
@@ -126,7 +140,19 @@ impl Roles {
         if let Some(v) = roles.verifier.as_deref_mut() {
             roles.restored.extend(replay(v, now, history));
         }
+        roles.record = ChainRecord::from_history(history.iter().map(|(_, e)| e));
         roles
+    }
+
+    /// What the chain says every provider and verifier did, from every event this node saw.
+    pub fn chain_record(&self) -> &ChainRecord {
+        &self.record
+    }
+
+    /// TESTING ONLY: makes this node's client hostile (see [`crate::faults`]); `None`
+    /// makes it honest again.
+    pub fn set_client_fault(&mut self, fault: Option<ClientFault>) {
+        self.client_fault = fault;
     }
 
     pub fn client(&self) -> Option<&Client> {
@@ -191,6 +217,9 @@ impl Roles {
     /// An input for every machine present. The last one gets the input itself, so a node with
     /// one role copies nothing (a checkpoint's state hashes are thousands of bytes).
     pub fn handle_input(&mut self, now: Time, input: Input) {
+        if let Input::Chain { event, .. } = &input {
+            self.record.apply(event);
+        }
         let mut left = self.machines().iter().flatten().count();
         for m in self.machines().into_iter().flatten() {
             left -= 1;
@@ -226,6 +255,16 @@ impl Roles {
     pub fn poll_output(&mut self) -> Option<Output> {
         if let Some(o) = self.restored.pop_front() {
             return Some(o);
+        }
+        if let Some(o) = self
+            .client
+            .as_deref_mut()
+            .and_then(StateMachine::poll_output)
+        {
+            return Some(match self.client_fault {
+                Some(fault) => fault.filter(o),
+                None => o,
+            });
         }
         self.machines()
             .into_iter()

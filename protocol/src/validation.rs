@@ -48,7 +48,7 @@ pub enum RejectReason {
     UnsupportedVersion,
     UnknownKind,
     BadSignature,
-    /// A vote from an address outside the job's verifier set.
+    /// A vote from an address outside the job's committee.
     NotListedVerifier,
     /// A heartbeat or checkpoint from someone other than the epoch's assigned provider.
     NotAssignedProvider,
@@ -107,7 +107,7 @@ pub fn check_message(msg: &Message, domain: &EscrowDomain, scheme: Scheme) -> Ve
     let result = match msg {
         Message::NodeHello(m) => sig(m.check_signature(scheme)),
         Message::JobOffer(m) => sig(m.check_signature(scheme)).and_then(|()| {
-            let quorum_ok = m.quorum >= 1 && usize::from(m.quorum) <= m.verifiers.len();
+            let quorum_ok = m.quorum >= 1 && usize::from(m.quorum) <= m.committee.len();
             if m.spec.check().is_ok() && quorum_ok && m.next_epoch >= 1 {
                 Ok(())
             } else {

@@ -1,4 +1,5 @@
-//! The verifier: for each job that lists it, checks every announced checkpoint in step order
+//! The verifier: for each job whose committee the escrow drew it onto (`CommitteeDrawn`),
+//! checks every announced checkpoint in step order
 //! (fetch, quality test against the previous accepted or verified checkpoint, re-execution spot
 //! check of seeded random steps) and gossips an EIP-712 vote.
 //!
@@ -12,13 +13,26 @@
 //!
 //! A failed fetch is tried again after the policy's backoff, on this machine's timer: the
 //! driver fetches once per `FetchBlob`, so the number of tries is decided here alone.
+//!
+//! Only the drawn committee's votes count; the verifier learns its seats from
+//! `CommitteeDrawn`, never from an offer. Its votes are published again until the escrow acts
+//! on them; an accept of an epoch the client ended keeps going for the escrow's decision
+//! window (the provider's late claim needs a quorum of it) unless the job's head moves.
+//!
+//! Its fees reach its balance only when a completed job is settled. The client settles at
+//! once; if the job is still unsettled [`SETTLE_FALLBACK_AFTER`] after its completion, each
+//! member settles it itself, so a client that never settles cannot hold the committee's
+//! fees back.
+//!
+//! Over 600 lines because the check pipeline, the vote's life and the chain's resets share
+//! one per-job record and read best together.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use alloy_primitives::Address;
 
-use crate::chain::ChainEvent;
+use crate::chain::{ChainEvent, ChainTx, TxId};
 use crate::eip712::EscrowDomain;
 use crate::io::{Input, Notice, Output, Passed, SpotStep, StateMachine};
 use crate::messages::{CheckpointAnnounce, JobOffer, Vote};
@@ -32,6 +46,15 @@ use crate::wire::Message;
 
 /// Announcements held while an earlier checkpoint is being verified; more is a flood.
 const MAX_QUEUED: usize = 64;
+
+/// How long after a job it sits on completes a member waits for someone else (the client)
+/// to settle it before settling it itself: long enough that the client's transaction is
+/// normally first, so settle is not paid for twice in gas.
+pub const SETTLE_FALLBACK_AFTER: Duration = Duration::from_secs(30);
+
+/// The verifier's transaction ids start here, apart from the client's and the provider's on
+/// a node running several roles.
+const SETTLE_TX_BASE: u64 = 3 << 61;
 
 #[derive(Clone, Debug)]
 pub struct VerifierConfig {
@@ -75,7 +98,8 @@ struct VerifierJob {
     spec_hash: Hash,
     total_steps: Step,
     interval: Step,
-    verifiers: Vec<Address>,
+    /// The drawn committee: only its members' votes count.
+    committee: Vec<Address>,
     spot_checks: u32,
     epoch: Epoch,
     provider: Option<Address>,
@@ -84,9 +108,8 @@ struct VerifierJob {
     queue: BTreeMap<Step, CheckpointAnnounce>,
     active: Option<Check>,
     voted: BTreeSet<(Epoch, Step, Hash)>,
-    /// Our votes the escrow has not acted on yet, by (epoch, step), each with when it was
-    /// last published.
-    unsettled: BTreeMap<(Epoch, Step), (Vote, Time)>,
+    /// Our votes the escrow has not acted on yet, by (epoch, step).
+    unsettled: BTreeMap<(Epoch, Step), Unsettled>,
     /// The one live entry of this job in `Verifier::regossips`.
     regossip_at: Option<Time>,
 }
@@ -100,16 +123,41 @@ impl VerifierJob {
     }
 }
 
+/// A vote of ours the escrow has not acted on.
+#[derive(Clone, Debug)]
+struct Unsettled {
+    vote: Vote,
+    /// When it was last published.
+    at: Time,
+    /// Set when the client ended the vote's epoch: an accept then stays payable for the
+    /// escrow's decision window (the provider's late claim needs a quorum of it), so it is
+    /// published again until this time, unless the job's head moves first.
+    until: Option<Time>,
+}
+
+/// What a `JobCreated` says that a seat needs, kept until the job's committee is drawn.
+#[derive(Clone, Copy, Debug)]
+struct Created {
+    spec_hash: Hash,
+    total_steps: Step,
+    interval: Step,
+}
+
 #[derive(Debug)]
 pub struct Verifier {
     config: VerifierConfig,
     key: SigningKey,
+    /// Jobs created and not yet drawn: whether this verifier gets a seat is not known yet.
+    drawing: BTreeMap<JobId, Created>,
     jobs: BTreeMap<JobId, VerifierJob>,
     /// Fetches to try again, by due time; stale entries (the check moved on) are skipped.
     retries: BTreeSet<(Time, JobId)>,
     /// When each job's unsettled votes are next published again; stale entries (the votes
     /// settled since) are skipped.
     regossips: BTreeSet<(Time, JobId)>,
+    /// Completed jobs of ours not yet settled, by when we settle them ourselves.
+    settles: BTreeMap<JobId, Time>,
+    next_tx: u64,
     outputs: VecDeque<Output>,
 }
 
@@ -146,9 +194,12 @@ impl Verifier {
         Verifier {
             config,
             key,
+            drawing: BTreeMap::new(),
             jobs: BTreeMap::new(),
             retries: BTreeSet::new(),
             regossips: BTreeSet::new(),
+            settles: BTreeMap::new(),
+            next_tx: SETTLE_TX_BASE,
             outputs: VecDeque::new(),
         }
     }
@@ -222,8 +273,14 @@ impl Verifier {
             signature: Sig65::ZERO,
         }
         .sign(&self.config.domain, &self.key);
-        job.unsettled
-            .insert((ann.epoch, ann.step), (vote.clone(), now));
+        job.unsettled.insert(
+            (ann.epoch, ann.step),
+            Unsettled {
+                vote: vote.clone(),
+                at: now,
+                until: None,
+            },
+        );
         if job.regossip_at.is_none() {
             let due = now.saturating_add(self.config.regossip_after);
             job.regossip_at = Some(due);
@@ -395,38 +452,62 @@ impl Verifier {
 
     fn on_vote(&self, vote: &Vote) -> Verdict {
         match self.jobs.get(&vote.job_id) {
-            Some(job) if !job.verifiers.contains(&vote.verifier) => {
+            Some(job) if !job.committee.contains(&vote.verifier) => {
                 Verdict::Reject(RejectReason::NotListedVerifier)
             }
             _ => Verdict::Accept,
         }
     }
 
-    fn on_chain(&mut self, event: ChainEvent) {
+    fn on_chain(&mut self, now: Time, event: ChainEvent) {
         let job_id = event.job_id();
         let me = self.key.address();
+        if matches!(event, ChainEvent::JobSettled { .. }) {
+            self.settles.remove(&job_id);
+            return;
+        }
         if let ChainEvent::JobCreated {
             spec_hash,
             total_steps,
             checkpoint_interval,
-            verifiers,
             ..
         } = &event
         {
-            if verifiers.contains(&me) && !self.jobs.contains_key(&job_id) {
-                self.jobs.insert(
+            if !self.jobs.contains_key(&job_id) {
+                self.drawing.insert(
                     job_id,
-                    VerifierJob {
+                    Created {
                         spec_hash: *spec_hash,
                         total_steps: *total_steps,
                         interval: (*checkpoint_interval).max(1),
-                        verifiers: verifiers.clone(),
+                    },
+                );
+            }
+            return;
+        }
+        if let ChainEvent::CommitteeDrawn { committee, .. } = &event {
+            let Some(created) = self.drawing.remove(&job_id) else {
+                return;
+            };
+            if committee.contains(&me) && !self.jobs.contains_key(&job_id) {
+                let Created {
+                    spec_hash,
+                    total_steps,
+                    interval,
+                } = created;
+                self.jobs.insert(
+                    job_id,
+                    VerifierJob {
+                        spec_hash,
+                        total_steps,
+                        interval,
+                        committee: committee.clone(),
                         spot_checks: self.config.default_spot_checks,
                         epoch: 0,
                         provider: None,
                         head_step: 0,
                         // The escrow's convention: before any acceptance the "checkpoint" is the spec.
-                        head_hash: *spec_hash,
+                        head_hash: spec_hash,
                         queue: BTreeMap::new(),
                         active: None,
                         voted: BTreeSet::new(),
@@ -440,11 +521,16 @@ impl Verifier {
             }
             return;
         }
+        if matches!(event, ChainEvent::JobExpired { .. }) {
+            self.drawing.remove(&job_id);
+        }
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return;
         };
         match event {
-            ChainEvent::JobCreated { .. } => {}
+            ChainEvent::JobCreated { .. }
+            | ChainEvent::CommitteeSeedMoved { .. }
+            | ChainEvent::CommitteeDrawn { .. } => {}
             ChainEvent::ProviderAssigned {
                 epoch,
                 provider,
@@ -457,7 +543,22 @@ impl Verifier {
                     job.provider = Some(provider);
                     job.reset_to_chain(start_step, start_checkpoint);
                 }
-                job.unsettled.retain(|(e, _), _| *e >= epoch);
+                job.unsettled
+                    .retain(|(e, _), u| *e >= epoch || u.until.is_some());
+            }
+            ChainEvent::EpochEnded { epoch, reason, .. } if reason.by_client() => {
+                if epoch == job.epoch {
+                    job.provider = None;
+                    job.queue.clear();
+                    job.active = None;
+                }
+                // Its accepts can still land late: keep them going; its rejects cannot.
+                let until = now.saturating_add(crate::provider::CLAIM_KEPT_FOR);
+                job.unsettled
+                    .retain(|(e, _), u| *e != epoch || u.vote.accept);
+                for ((_, _), u) in job.unsettled.iter_mut().filter(|((e, _), _)| *e == epoch) {
+                    u.until = Some(until);
+                }
             }
             ChainEvent::EpochEnded { epoch, .. } | ChainEvent::CheckpointRejected { epoch, .. } => {
                 if epoch == job.epoch {
@@ -465,7 +566,8 @@ impl Verifier {
                     job.queue.clear();
                     job.active = None;
                 }
-                job.unsettled.retain(|(e, _), _| *e > epoch);
+                job.unsettled
+                    .retain(|(e, _), u| *e > epoch || (*e < epoch && u.until.is_some()));
             }
             ChainEvent::CheckpointAccepted {
                 epoch,
@@ -473,8 +575,10 @@ impl Verifier {
                 checkpoint_hash,
                 ..
             } => {
-                job.unsettled
-                    .retain(|(e, s), _| *e > epoch || (*e == epoch && *s > step));
+                // The head moved: what the client ended can no longer be paid either.
+                job.unsettled.retain(|(e, s), u| {
+                    u.until.is_none() && (*e > epoch || (*e == epoch && *s > step))
+                });
                 if step > job.head_step {
                     // The chain is ahead of us (we missed or lag on some checkpoint): follow it.
                     job.head_step = step;
@@ -487,6 +591,12 @@ impl Verifier {
             }
             ChainEvent::JobSettled { .. } => {}
             ChainEvent::JobCompleted { .. } | ChainEvent::JobExpired { .. } => {
+                // A completed job's fees (ours among them) wait for its settle; an expired
+                // one credited them already.
+                if matches!(event, ChainEvent::JobCompleted { .. }) {
+                    self.settles
+                        .insert(job_id, now.saturating_add(SETTLE_FALLBACK_AFTER));
+                }
                 self.jobs.remove(&job_id);
                 self.outputs.push_back(Output::Unsubscribe {
                     topic: job_topic(job_id),
@@ -512,7 +622,7 @@ impl StateMachine for Verifier {
 
     fn handle_input(&mut self, now: Time, input: Input) {
         match input {
-            Input::Chain { event, .. } => self.on_chain(event),
+            Input::Chain { event, .. } => self.on_chain(now, event),
             Input::BlobFetched { hash, ok } => self.on_blob(now, hash, ok),
             Input::QualityResult {
                 job_id,
@@ -550,6 +660,22 @@ impl StateMachine for Verifier {
     }
 
     fn handle_timeout(&mut self, now: Time) {
+        let due: Vec<JobId> = self
+            .settles
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for job_id in due {
+            // Once: if it fails, someone settled first (or will: the client, another member).
+            self.settles.remove(&job_id);
+            let id = TxId(self.next_tx);
+            self.next_tx += 1;
+            self.outputs.push_back(Output::SubmitTx {
+                id,
+                tx: ChainTx::Settle { job_id },
+            });
+        }
         while let Some(&(due, job_id)) = self.regossips.first() {
             if due > now {
                 break;
@@ -562,19 +688,21 @@ impl StateMachine for Verifier {
             if job.regossip_at != Some(due) {
                 continue;
             }
-            for (vote, at) in job.unsettled.values_mut() {
-                if now >= at.saturating_add(after) {
-                    *at = now;
+            job.unsettled
+                .retain(|_, u| u.until.is_none_or(|until| until > now));
+            for u in job.unsettled.values_mut() {
+                if now >= u.at.saturating_add(after) {
+                    u.at = now;
                     self.outputs.push_back(Output::Publish {
                         topic: job_topic(job_id),
-                        message: Message::Vote(vote.clone()),
+                        message: Message::Vote(u.vote.clone()),
                     });
                 }
             }
             job.regossip_at = job
                 .unsettled
                 .values()
-                .map(|(_, at)| at.saturating_add(after))
+                .map(|u| u.at.saturating_add(after))
                 .min();
             if let Some(next) = job.regossip_at {
                 self.regossips.insert((next, job_id));
@@ -602,7 +730,8 @@ impl StateMachine for Verifier {
     fn poll_timeout(&self) -> Option<Time> {
         let retry = self.retries.first().map(|(due, _)| *due);
         let regossip = self.regossips.first().map(|(due, _)| *due);
-        retry.into_iter().chain(regossip).min()
+        let settle = self.settles.values().min().copied();
+        retry.into_iter().chain(regossip).chain(settle).min()
     }
 
     fn poll_output(&mut self) -> Option<Output> {

@@ -1,5 +1,7 @@
-//! One test per client transition: offer, selection, refusals, failure detection and failover,
-//! quorum handling, rejection, release, completion and restart.
+//! One test per client transition: the draw, offer, selection (the chain record included),
+//! refusals, failure detection and failover, quorum handling (the reject's full wait),
+//! rejection, release, late accepts and superseded epochs, completion, restart, and the
+//! withhold-pay fault.
 //! Long because it is one test per transition of the longest machine, on shared fixtures.
 // Test code: a broken fixture should fail loudly where it is read.
 #![allow(clippy::unwrap_used)]
@@ -9,9 +11,11 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use gpuchain_protocol::chain::{ChainTx, EpochEndReason};
-use gpuchain_protocol::client::{JobParams, Phase};
+use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
+use gpuchain_protocol::client::{DRAW_RETRY_AFTER, JobParams, Phase, REJECT_FULL_WAIT};
+use gpuchain_protocol::faults::{ClientFault, FaultyClient};
 use gpuchain_protocol::signing::Scheme;
+use gpuchain_protocol::signing::SigningKey;
 use gpuchain_protocol::topics::{JOBS_TOPIC, heartbeat_topic, job_topic};
 use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{
@@ -23,23 +27,27 @@ fn client(k: &Keys) -> Client {
     Client::new(ClientConfig::new(domain()), k.client.clone())
 }
 
-/// A client whose job exists on chain, with its first offer drained.
+fn params() -> JobParams {
+    JobParams {
+        token: gpuchain_protocol::Address::repeat_byte(0x5d),
+        budget: U256::from(5_000_000u64),
+        max_price_per_step: U256::from(MAX_PRICE),
+        committee_size: 2,
+        quorum: 2,
+        verifier_fee: U256::from(VERIFIER_FEE),
+        deadline: BLOCK_TIME + 3600,
+        grace: 600,
+    }
+}
+
+/// A client whose job exists on chain with its committee drawn, its first offer drained.
 fn created(k: &Keys) -> Client {
     let mut c = client(k);
-    c.create_job(
-        spec(),
-        JobParams {
-            token: gpuchain_protocol::Address::repeat_byte(0x5d),
-            budget: U256::from(5_000_000u64),
-            max_price_per_step: U256::from(MAX_PRICE),
-            verifiers: vec![k.v1.address(), k.v2.address()],
-            quorum: 2,
-            deadline: BLOCK_TIME + 3600,
-            grace: 600,
-        },
-    );
+    c.create_job(spec(), params());
     drain(&mut c);
     c.handle_input(t(0), chain(job_created(k)));
+    drain(&mut c);
+    c.handle_input(t(0), chain(committee_drawn(k)));
     drain(&mut c);
     c
 }
@@ -65,25 +73,16 @@ fn assign_of(outs: &[Output]) -> Option<gpuchain_protocol::Address> {
 }
 
 #[test]
-fn create_job_submits_create_then_offers_on_job_created() {
+fn create_job_submits_create_then_draws_then_offers_on_the_drawn_committee() {
     let k = keys();
     let mut c = client(&k);
-    c.create_job(
-        spec(),
-        JobParams {
-            token: gpuchain_protocol::Address::ZERO,
-            budget: U256::from(5),
-            max_price_per_step: U256::from(MAX_PRICE),
-            verifiers: vec![k.v1.address()],
-            quorum: 1,
-            deadline: 1,
-            grace: 1,
-        },
-    );
+    c.create_job(spec(), params());
     let outs = drain(&mut c);
-    assert!(
-        matches!(&txs(&outs)[..], [(_, ChainTx::CreateJob { spec_hash, .. })] if *spec_hash == spec().spec_hash())
-    );
+    assert!(matches!(
+        &txs(&outs)[..],
+        [(_, ChainTx::CreateJob { spec_hash, committee_size: 2, quorum: 2, verifier_fee, .. })]
+            if *spec_hash == spec().spec_hash() && *verifier_fee == U256::from(VERIFIER_FEE)
+    ));
     c.handle_input(t(0), chain(job_created(&k)));
     let outs = drain(&mut c);
     assert!(outs.contains(&Output::Subscribe {
@@ -93,6 +92,23 @@ fn create_job_submits_create_then_offers_on_job_created() {
     assert!(outs.contains(&Output::Subscribe {
         topic: heartbeat_topic(job())
     }));
+    // No offer yet: there are no terms to bid on before the committee is drawn.
+    assert!(published(&outs).is_empty(), "{outs:?}");
+    assert!(matches!(
+        &txs(&outs)[..],
+        [(_, ChainTx::DrawCommittee { job_id })] if *job_id == job()
+    ));
+    assert!(matches!(
+        c.job_status(job()).unwrap().phase,
+        Phase::Drawing { .. }
+    ));
+    // A bid before the draw was not made from the chain.
+    assert_eq!(
+        c.handle_message(t(1), &bid(&k.a, 1, 1000, 8)),
+        Verdict::Ignore(IgnoreReason::UnknownJob)
+    );
+    c.handle_input(t(0), chain(committee_drawn(&k)));
+    let outs = drain(&mut c);
     let offer = outs.iter().find_map(|o| match o {
         Output::Publish {
             topic,
@@ -102,6 +118,8 @@ fn create_job_submits_create_then_offers_on_job_created() {
     });
     let offer = offer.expect("an offer on the jobs topic");
     assert_eq!(offer.next_epoch, 1);
+    assert_eq!(offer.committee, committee(&k));
+    assert_eq!(c.job_status(job()).unwrap().committee, committee(&k));
     assert_eq!(offer.spec.spec_hash(), spec().spec_hash());
     assert_eq!(offer.check_signature(Scheme::Secp256k1), Ok(()));
     assert_eq!(c.poll_timeout(), Some(t(500)));
@@ -377,7 +395,7 @@ fn accept_quorum_submits_once_with_sorted_signatures() {
         Verdict::Ignore(IgnoreReason::Duplicate)
     );
     assert!(txs(&drain(&mut c)).is_empty());
-    // A non-listed verifier cannot make up the quorum.
+    // A verifier off the committee cannot make up the quorum.
     assert_eq!(
         c.handle_message(t(712), &vote(&k.outsider, 1, 50, h, true)),
         Verdict::Reject(RejectReason::NotListedVerifier)
@@ -537,8 +555,12 @@ fn a_client_restarted_before_its_settle_landed_settles() {
         &restore(completed(7))[..],
         [(_, ChainTx::Settle { .. })]
     ));
-    // Nothing left, or already settled: nothing to send.
-    assert!(restore(completed(0)).is_empty());
+    // Nothing left to refund: the committee's fees still wait for the settle.
+    assert!(matches!(
+        &restore(completed(0))[..],
+        [(_, ChainTx::Settle { .. })]
+    ));
+    // Already settled: nothing to send.
     let mut settled = completed(7);
     settled.push((
         BLOCK_TIME,
@@ -556,6 +578,7 @@ fn restarted_client_rebuilds_from_chain_history() {
     let k = keys();
     let history = vec![
         (BLOCK_TIME, job_created(&k)),
+        (BLOCK_TIME, committee_drawn(&k)),
         (
             BLOCK_TIME,
             gpuchain_protocol::chain::ChainEvent::ProviderAssigned {
@@ -576,6 +599,8 @@ fn restarted_client_rebuilds_from_chain_history() {
                 checkpoint_hash: ckpt(0xa, 50),
                 provider: k.a.address(),
                 amount: U256::from(50_000),
+                voters: U256::from(0b11),
+                fees: U256::from(2 * VERIFIER_FEE),
             },
         ),
     ];
@@ -622,7 +647,10 @@ fn restarted_client_rebuilds_from_chain_history() {
         ClientConfig::new(domain()),
         k.client.clone(),
         [spec()],
-        [(BLOCK_TIME, job_created(&k))],
+        [
+            (BLOCK_TIME, job_created(&k)),
+            (BLOCK_TIME, committee_drawn(&k)),
+        ],
         t(10),
     );
     let outs = drain(&mut fresh);
@@ -631,6 +659,20 @@ fn restarted_client_rebuilds_from_chain_history() {
             .iter()
             .any(|m| matches!(m, Message::JobOffer(o) if o.next_epoch == 1))
     );
+    // A restart before the draw asks for it again, and offers nothing yet.
+    let mut drawing = Client::restore(
+        ClientConfig::new(domain()),
+        k.client.clone(),
+        [spec()],
+        [(BLOCK_TIME, job_created(&k))],
+        t(10),
+    );
+    let outs = drain(&mut drawing);
+    assert!(published(&outs).is_empty());
+    assert!(matches!(
+        &txs(&outs)[..],
+        [(_, ChainTx::DrawCommittee { .. })]
+    ));
 }
 
 #[test]
@@ -743,4 +785,299 @@ fn own_checkpoint_copy_is_not_fetched_again_once_it_arrived() {
     c.handle_input(t(720), Input::BlobFetched { hash: h, ok: true });
     c.handle_timeout(t(5_000));
     assert_eq!(fetches_of(&mut c, h), 0);
+}
+
+#[test]
+fn a_failed_or_moved_draw_is_asked_for_again() {
+    let k = keys();
+    let mut c = client(&k);
+    c.create_job(spec(), params());
+    drain(&mut c);
+    c.handle_input(t(0), chain(job_created(&k)));
+    let (id, _) = txs(&drain(&mut c))[0].clone();
+    // The seed block was not mined yet: asked again after the retry wait, not at once.
+    c.handle_input(
+        t(100),
+        Input::TxFailed {
+            id,
+            reason: "SeedNotMined(7)".into(),
+        },
+    );
+    assert!(txs(&drain(&mut c)).is_empty());
+    let retry = t(100).saturating_add(DRAW_RETRY_AFTER);
+    assert_eq!(c.poll_timeout(), Some(retry));
+    c.handle_timeout(retry);
+    assert!(matches!(
+        &txs(&drain(&mut c))[..],
+        [(_, ChainTx::DrawCommittee { .. })]
+    ));
+    // The seed's hash was gone and moved: asked again at once.
+    c.handle_input(
+        t(1_200),
+        chain(ChainEvent::CommitteeSeedMoved {
+            job_id: job(),
+            seed_block: 400,
+        }),
+    );
+    assert!(matches!(
+        &txs(&drain(&mut c))[..],
+        [(_, ChainTx::DrawCommittee { .. })]
+    ));
+    // Someone else drew it: our draw's failure changes nothing.
+    c.handle_input(t(1_300), chain(committee_drawn(&k)));
+    assert!(
+        published(&drain(&mut c))
+            .iter()
+            .any(|m| matches!(m, Message::JobOffer(_)))
+    );
+    c.handle_input(
+        t(1_310),
+        Input::TxFailed {
+            id: TxId(99),
+            reason: "WrongStatus(1)".into(),
+        },
+    );
+    assert!(matches!(
+        c.job_status(job()).unwrap().phase,
+        Phase::Bidding { .. }
+    ));
+}
+
+/// A client whose job has a committee of three (`v1`, `v2`, `v3`), quorum two, running epoch
+/// 1 with A.
+fn running_with_three(k: &Keys, v3: &SigningKey) -> Client {
+    // A patient detector: these tests are about votes, not heartbeats.
+    let mut config = ClientConfig::new(domain());
+    config.detector.timeout = Duration::from_secs(60);
+    let mut c = Client::new(config, k.client.clone());
+    let ChainEvent::JobCreated {
+        job_id,
+        client,
+        token,
+        budget,
+        max_price_per_step,
+        total_steps,
+        checkpoint_interval,
+        spec_hash,
+        verifier_fee,
+        deadline,
+        grace,
+        seed_block,
+        ..
+    } = job_created(k)
+    else {
+        unreachable!()
+    };
+    let created = ChainEvent::JobCreated {
+        job_id,
+        client,
+        token,
+        budget,
+        max_price_per_step,
+        total_steps,
+        checkpoint_interval,
+        spec_hash,
+        committee_size: 3,
+        quorum: 2,
+        verifier_fee,
+        deadline,
+        grace,
+        seed_block,
+    };
+    let members = vec![k.v1.address(), k.v2.address(), v3.address()];
+    let terms = created.terms_with(&members).unwrap();
+    c.handle_input(t(0), chain(created));
+    c.handle_input(
+        t(0),
+        chain(ChainEvent::CommitteeDrawn {
+            job_id: job(),
+            committee: members,
+            terms,
+        }),
+    );
+    c.handle_input(t(600), assigned(1, &k.a, 0, Hash::ZERO));
+    drain(&mut c);
+    c
+}
+
+#[test]
+fn a_reject_quorum_waits_for_the_whole_committee_then_goes_with_what_it_has() {
+    let k = keys();
+    let v3 = SigningKey::from_seed(107);
+    let h = ckpt(0xa, 50);
+    let mut c = running_with_three(&k, &v3);
+    c.handle_message(t(700), &vote(&k.v1, 1, 50, h, false));
+    c.handle_message(t(710), &vote(&k.v2, 1, 50, h, false));
+    let outs = drain(&mut c);
+    assert!(txs(&outs).is_empty(), "a quorum, but not all: wait");
+    let due = t(710).saturating_add(REJECT_FULL_WAIT);
+    assert_eq!(c.poll_timeout(), Some(due));
+    c.handle_timeout(t(710 + 1_999));
+    assert!(txs(&drain(&mut c)).is_empty());
+    c.handle_timeout(due);
+    let outs = drain(&mut c);
+    let [(_, ChainTx::RejectCheckpoint { sigs, step: 50, .. })] = &txs(&outs)[..] else {
+        panic!("{outs:?}")
+    };
+    assert_eq!(sigs.len(), 2, "with what it has");
+    // The third reject arriving later changes nothing: it was submitted.
+    assert_eq!(
+        c.handle_message(t(3_000), &vote(&v3, 1, 50, h, false)),
+        Verdict::Ignore(IgnoreReason::AlreadyDecided)
+    );
+
+    // All three in within the wait: submitted at once, with all three (so it slashes).
+    let mut c = running_with_three(&k, &v3);
+    c.handle_message(t(700), &vote(&k.v1, 1, 50, h, false));
+    c.handle_message(t(710), &vote(&k.v2, 1, 50, h, false));
+    c.handle_message(t(720), &vote(&v3, 1, 50, h, false));
+    let outs = drain(&mut c);
+    let [(_, ChainTx::RejectCheckpoint { sigs, .. })] = &txs(&outs)[..] else {
+        panic!("{outs:?}")
+    };
+    assert_eq!(sigs.len(), 3);
+    c.handle_timeout(t(10_000));
+    assert!(txs(&drain(&mut c)).is_empty(), "submitted once");
+
+    // Accepts do not wait: the quorum goes at once.
+    let mut c = running_with_three(&k, &v3);
+    c.handle_message(t(700), &vote(&k.v1, 1, 50, h, true));
+    c.handle_message(t(710), &vote(&v3, 1, 50, h, true));
+    assert!(matches!(
+        &txs(&drain(&mut c))[..],
+        [(_, ChainTx::AcceptCheckpoint { .. })]
+    ));
+}
+
+#[test]
+fn a_superseded_epoch_is_reassigned_from_the_new_head() {
+    let k = keys();
+    let mut c = running(&k);
+    // We ended A's epoch; P took over from step 0.
+    c.handle_input(t(800), epoch_ended(1, EpochEndReason::Released));
+    assert_eq!(assign_of(&drain(&mut c)), Some(k.p.address()));
+    c.handle_input(t(900), assigned(2, &k.p, 0, Hash::ZERO));
+    assert!(c.handle_message(t(910), &bid(&k.b, 3, 3000, 8)).is_accept());
+    drain(&mut c);
+    // A's checkpoint 50 lands late (its claim, in the escrow's decision window), which
+    // supersedes P's epoch.
+    c.handle_input(t(1_000), accepted(1, 50, ckpt(0xa, 50), &k.a));
+    assert_eq!(c.job_status(job()).unwrap().last_accepted, 50);
+    c.handle_input(t(1_000), epoch_ended(2, EpochEndReason::Superseded));
+    let outs = drain(&mut c);
+    assert_eq!(assign_of(&outs), Some(k.b.address()));
+    let s = c.job_status(job()).unwrap();
+    assert!(!s.excluded.contains(&k.p.address()), "no fault of P's");
+    assert_eq!(c.reputation().score(&k.p.address()), 0);
+    // The next assignment starts from the new head.
+    c.handle_input(t(1_100), assigned(3, &k.b, 50, ckpt(0xa, 50)));
+    let s = c.job_status(job()).unwrap();
+    assert_eq!((s.epoch, s.last_accepted, s.phase), (3, 50, Phase::Running));
+}
+
+/// Events of another client's job 2 that give `provider` a record on chain.
+fn other_job(provider: &SigningKey, k: &Keys, epochs: &[(bool, bool)]) -> Vec<ChainEvent> {
+    let j2 = U256::from(2);
+    let mut out = vec![ChainEvent::CommitteeDrawn {
+        job_id: j2,
+        committee: committee(k),
+        terms: Hash::repeat_byte(2),
+    }];
+    for (i, (rejected, slashed)) in epochs.iter().enumerate() {
+        let epoch = i as u64 + 1;
+        out.push(ChainEvent::ProviderAssigned {
+            job_id: j2,
+            epoch,
+            provider: provider.address(),
+            price_per_step: U256::from(1),
+            start_step: 0,
+            start_checkpoint: Hash::ZERO,
+        });
+        if *rejected {
+            out.push(ChainEvent::CheckpointRejected {
+                job_id: j2,
+                epoch,
+                step: 50,
+                checkpoint_hash: Hash::ZERO,
+                provider: provider.address(),
+                slashed: U256::from(u64::from(*slashed)),
+                voters: U256::from(0b11),
+                fees: U256::ZERO,
+            });
+        }
+        let reason = if *rejected {
+            EpochEndReason::Rejected
+        } else {
+            EpochEndReason::Released
+        };
+        out.push(ChainEvent::EpochEnded {
+            job_id: j2,
+            epoch,
+            reason,
+        });
+    }
+    out
+}
+
+#[test]
+fn bid_choice_reads_the_chain_record() {
+    let k = keys();
+    // P was rejected once elsewhere: it ranks below A despite the lower price.
+    let mut c = created(&k);
+    for e in other_job(&k.p, &k, &[(true, true)]) {
+        c.handle_input(t(1), chain(e));
+    }
+    assert_eq!(c.chain_record().provider(&k.p.address()).epochs_rejected, 1);
+    c.handle_message(t(2), &bid(&k.p, 1, 500, 8));
+    c.handle_message(t(2), &bid(&k.a, 1, 1000, 8));
+    c.handle_timeout(t(500));
+    assert_eq!(assign_of(&drain(&mut c)), Some(k.a.address()));
+
+    // Over the limit of rejected epochs: not considered at all, even alone.
+    let mut c = created(&k);
+    for e in other_job(&k.p, &k, &[(true, false), (true, false), (true, true)]) {
+        c.handle_input(t(1), chain(e));
+    }
+    c.handle_message(t(2), &bid(&k.p, 1, 500, 8));
+    c.handle_timeout(t(500));
+    let outs = drain(&mut c);
+    assert!(assign_of(&outs).is_none());
+    assert!(notices(&outs).contains(&Notice::NoUsableBids {
+        job_id: job(),
+        epoch: 1
+    }));
+
+    // Epochs lost to clients (who can end them at will) never exclude, and a cheaper bid
+    // with many of them still wins.
+    let mut c = created(&k);
+    for e in other_job(&k.p, &k, &[(false, false); 40]) {
+        c.handle_input(t(1), chain(e));
+    }
+    assert_eq!(c.chain_record().provider(&k.p.address()).epochs_lost, 40);
+    c.handle_message(t(2), &bid(&k.p, 1, 500, 8));
+    c.handle_message(t(2), &bid(&k.a, 1, 1000, 8));
+    c.handle_timeout(t(500));
+    assert_eq!(assign_of(&drain(&mut c)), Some(k.p.address()));
+}
+
+#[test]
+fn the_withhold_pay_fault_releases_instead_of_accepting() {
+    let k = keys();
+    let mut c = FaultyClient::new(running(&k), ClientFault::WithholdPay);
+    let h = ckpt(0xa, 50);
+    c.handle_message(t(700), &vote(&k.v1, 1, 50, h, true));
+    c.handle_message(t(710), &vote(&k.v2, 1, 50, h, true));
+    let outs = drain(&mut c);
+    assert!(matches!(
+        &txs(&outs)[..],
+        [(_, ChainTx::ReleaseProvider { job_id })] if *job_id == job()
+    ));
+    // Rejects are not its business: they go out as the honest client sends them.
+    let mut c = FaultyClient::new(running(&k), ClientFault::WithholdPay);
+    c.handle_message(t(700), &vote(&k.v1, 1, 50, h, false));
+    c.handle_message(t(710), &vote(&k.v2, 1, 50, h, false));
+    assert!(matches!(
+        &txs(&drain(&mut c))[..],
+        [(_, ChainTx::RejectCheckpoint { .. })]
+    ));
 }

@@ -459,7 +459,7 @@ proptest! {
     fn client_only_submits_well_formed_quorums(actions in prop::collection::vec(action(), 1..120)) {
         let k = keys();
         let mut c = Client::new(ClientConfig::new(domain()), k.client.clone());
-        c.handle_input(t(0), chain(job_created(&k)));
+        confirm(&mut c, 0, &k);
         let listed = [k.v1.address(), k.v2.address()];
         let mut now = 0;
         for a in &actions {
@@ -494,7 +494,7 @@ proptest! {
     fn verifier_votes_once_and_only_on_assigned_announcements(actions in prop::collection::vec(verifier_action(), 1..120)) {
         let k = keys();
         let mut v = Verifier::new(VerifierConfig::new(domain(), 9), k.v1.clone());
-        v.handle_input(t(0), chain(job_created(&k)));
+        confirm(&mut v, 0, &k);
         let mut assigned_to: BTreeMap<u64, gpuchain_protocol::Address> = BTreeMap::new();
         let mut announced: BTreeSet<(u64, u64, Hash, gpuchain_protocol::Address)> = BTreeSet::new();
         let mut voted = BTreeSet::new();
@@ -517,20 +517,34 @@ proptest! {
     }
 
     /// A provider's heartbeats are strictly increasing within an epoch, and it never heartbeats
-    /// or announces for an epoch after it was told to stop training it.
+    /// or announces for an epoch after it was told to stop training it. Every accept it claims
+    /// is of a checkpoint it announced itself, carrying a real quorum of the committee.
     #[test]
     fn provider_respects_fencing(actions in prop::collection::vec(provider_action(), 1..120)) {
         let k = keys();
         let mut p = Provider::new(ProviderConfig::new(domain(), gpu(8), U256::from(1000)), k.a.clone());
-        p.handle_input(t(0), chain(job_created(&k)));
+        confirm(&mut p, 0, &k);
         p.handle_message(t(0), &offer(&k, 1));
         let mut stopped = BTreeSet::new();
         let mut last_seq: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut mine: BTreeSet<(u64, u64, Hash)> = BTreeSet::new();
+        let mut claimed = BTreeSet::new();
+        let members = [k.v1.address(), k.v2.address()];
         let mut now = 0;
         for a in &actions {
             now = apply(&mut p, &k, now, a);
             for out in drain(&mut p) {
                 match out {
+                    Output::SubmitTx { tx: ChainTx::AcceptCheckpoint { epoch, step, checkpoint_hash, sigs, .. }, .. } => {
+                        prop_assert!(mine.contains(&(epoch, step, checkpoint_hash)), "claimed what it never announced");
+                        prop_assert!(claimed.insert((epoch, step)), "claimed twice");
+                        prop_assert!(sigs.len() >= 2);
+                        let fields = VoteFields { job_id: job(), epoch, step, checkpoint_hash, accept: true };
+                        let signers: Vec<_> = sigs.iter().map(|s| fields.recover(&domain(), Scheme::Secp256k1, s).unwrap()).collect();
+                        prop_assert!(signers.windows(2).all(|w| w[0] < w[1]));
+                        prop_assert!(signers.iter().all(|s| members.contains(s)));
+                    }
+                    Output::SubmitTx { tx, .. } => prop_assert!(false, "a provider submits only claims: {tx:?}"),
                     Output::StopTraining { epoch, .. } => { stopped.insert(epoch); }
                     Output::StartTraining { epoch, .. } => prop_assert!(!stopped.contains(&epoch)),
                     Output::Publish { message: Message::Heartbeat(h), .. } => {
@@ -541,6 +555,7 @@ proptest! {
                     Output::Publish { message: Message::CheckpointAnnounce(c), .. } => {
                         prop_assert!(!stopped.contains(&c.epoch));
                         prop_assert!(c.commitment_is_consistent());
+                        mine.insert((c.epoch, c.step, c.checkpoint_hash));
                     }
                     _ => {}
                 }

@@ -1,15 +1,17 @@
-//! One test per provider transition: bidding, assignment, heartbeats, checkpoints, fencing,
-//! refusal and completion.
+//! One test per provider transition: vetting the drawn job, bidding, assignment, heartbeats,
+//! checkpoints, fencing, refusal, claims of its own accepted checkpoints, and completion.
+//! Long because it is one test per transition, claims included, on shared fixtures.
 // Test code: a broken fixture should fail loudly where it is read.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::*;
-use gpuchain_protocol::chain::{ChainEvent, EpochEndReason};
+use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason};
 use gpuchain_protocol::io::Output;
 use gpuchain_protocol::provider::{
-    DEFAULT_MAX_DURATION_SECS, DEFAULT_MAX_GRACE_SECS, StakeBudget, VetRule, Vetting,
+    CLAIM_AFTER, CLAIM_KEPT_FOR, DEFAULT_MAX_DURATION_SECS, DEFAULT_MAX_GRACE_SECS, StakeBudget,
+    VetRule, Vetting,
 };
 use gpuchain_protocol::signing::{Scheme, SigningKey};
 use gpuchain_protocol::topics::{heartbeat_topic, job_topic};
@@ -39,7 +41,7 @@ fn bids(outs: &[Output]) -> Vec<(u64, U256)> {
 /// Provider A assigned epoch 1 from step 0.
 fn training(k: &Keys) -> Provider {
     let mut p = provider(&k.a, 1000, 8);
-    p.handle_input(t(0), chain(job_created(k)));
+    confirm(&mut p, 0, k);
     p.handle_message(t(1), &offer(k, 1));
     p.handle_input(t(100), assigned(1, &k.a, 0, Hash::ZERO));
     drain(&mut p);
@@ -50,7 +52,7 @@ fn training(k: &Keys) -> Provider {
 fn bids_on_fitting_offers_only() {
     let k = keys();
     let mut fits = provider(&k.a, 1000, 8);
-    fits.handle_input(t(0), chain(job_created(&k)));
+    confirm(&mut fits, 0, &k);
     assert_eq!(fits.handle_message(t(1), &offer(&k, 1)), Verdict::Accept);
     let outs = drain(&mut fits);
     assert_eq!(bids(&outs), vec![(1, U256::from(1000))]);
@@ -79,7 +81,7 @@ fn bids_on_fitting_offers_only() {
 fn offers_that_contradict_the_chain_are_rejected_and_stale_ones_ignored() {
     let k = keys();
     let mut p = provider(&k.a, 1000, 8);
-    p.handle_input(t(0), chain(job_created(&k)));
+    confirm(&mut p, 0, &k);
     let Message::JobOffer(mut o) = offer(&k, 1) else {
         unreachable!()
     };
@@ -100,7 +102,7 @@ fn offers_that_contradict_the_chain_are_rejected_and_stale_ones_ignored() {
 fn assignment_starts_training_and_heartbeats_at_once() {
     let k = keys();
     let mut p = provider(&k.a, 1000, 8);
-    p.handle_input(t(0), chain(job_created(&k)));
+    confirm(&mut p, 0, &k);
     p.handle_message(t(1), &offer(&k, 1));
     drain(&mut p);
     p.handle_input(t(100), assigned(1, &k.a, 0, Hash::ZERO));
@@ -345,7 +347,7 @@ fn epoch_end_and_rejection_stop_training() {
 fn unassigned_provider_keeps_a_standby_bid_for_the_next_epoch() {
     let k = keys();
     let mut b = provider(&k.b, 3000, 8);
-    b.handle_input(t(0), chain(job_created(&k)));
+    confirm(&mut b, 0, &k);
     b.handle_message(t(1), &offer(&k, 1));
     drain(&mut b);
     b.handle_input(t(100), assigned(1, &k.a, 0, Hash::ZERO));
@@ -387,7 +389,7 @@ fn completion_stops_and_a_failed_trainer_goes_silent() {
 }
 
 #[test]
-fn offers_are_bid_on_only_once_the_chain_confirms_the_job() {
+fn offers_are_bid_on_only_once_the_chain_drew_the_committee() {
     let k = keys();
     let mut p = provider(&k.a, 1000, 8);
     assert_eq!(p.handle_message(t(1), &offer(&k, 1)), Verdict::Accept);
@@ -396,7 +398,18 @@ fn offers_are_bid_on_only_once_the_chain_confirms_the_job() {
         "anyone can sign an offer for a job that does not exist"
     );
     p.handle_input(t(2), chain(job_created(&k)));
+    assert!(
+        bids(&drain(&mut p)).is_empty(),
+        "no terms to sign before the draw"
+    );
+    p.handle_input(t(3), chain(committee_drawn(&k)));
     assert_eq!(bids(&drain(&mut p)), vec![(1, U256::from(1000))]);
+    // An offer naming another committee than the one drawn is refused.
+    let other = vec![k.v1.address(), k.b.address()];
+    assert_eq!(
+        p.handle_message(t(4), &offer_for(&k, 1, other)),
+        Verdict::Reject(RejectReason::OfferMismatch)
+    );
 }
 
 fn refusals(outs: &[Output]) -> Vec<VetRule> {
@@ -427,13 +440,13 @@ fn vetting_provider(key: &SigningKey) -> Provider {
 fn bids_carry_the_jobs_terms() {
     let k = keys();
     let mut p = vetting_provider(&k.a);
-    p.handle_input(t(0), chain(job_created(&k)));
+    confirm(&mut p, 0, &k);
     p.handle_message(t(1), &offer(&k, 1));
     let outs = drain(&mut p);
     let [Message::Bid(b)] = &published(&outs)[..] else {
         panic!("one bid expected: {outs:?}")
     };
-    assert_eq!(Some(b.terms), job_created(&k).terms_hash());
+    assert_eq!(b.terms, terms());
     assert!(refusals(&outs).is_empty());
 }
 
@@ -441,33 +454,49 @@ fn bids_carry_the_jobs_terms() {
 fn terms_a_hostile_client_picks_are_refused_once_each_with_their_rule() {
     let k = keys();
     let me = k.a.address();
+    let (v1, v2) = (k.v1.address(), k.v2.address());
     type Edit = Box<dyn Fn(&mut ChainEvent)>;
-    let cases: Vec<(VetRule, Edit)> = vec![
+    let none: fn(&mut ChainEvent) = |_| {};
+    // Each case: the rule, an edit of `JobCreated`, the committee drawn, and a wrong terms
+    // hash in `CommitteeDrawn` (the drawn terms are otherwise the job's).
+    let cases: Vec<(VetRule, Edit, Vec<Address>, bool)> = vec![
         (
             VetRule::Token,
             Box::new(|e| set(e, |c| *c.token = Address::repeat_byte(0x01))),
+            vec![v1, v2],
+            false,
+        ),
+        (VetRule::Quorum, Box::new(none), vec![v1], false),
+        (
+            VetRule::Quorum,
+            Box::new(none),
+            vec![
+                v1,
+                v2,
+                Address::repeat_byte(0x77),
+                Address::repeat_byte(0x78),
+            ],
+            false,
         ),
         (
             VetRule::Quorum,
-            Box::new(|e| set(e, |c| c.verifiers.truncate(1))),
-        ),
-        (
-            VetRule::Quorum,
-            Box::new(|e| {
-                set(e, |c| {
-                    c.verifiers.push(Address::repeat_byte(0x77));
-                    c.verifiers.push(Address::repeat_byte(0x78));
-                })
-            }),
+            Box::new(|e| set(e, |c| *c.quorum = 1)),
+            vec![v1, v2],
+            false,
         ),
         (
             VetRule::ClientIsVerifier,
-            Box::new(|e| set(e, |c| c.verifiers[1] = *c.client)),
+            Box::new(none),
+            vec![v1, k.client.address()],
+            false,
         ),
         (
             VetRule::ProviderIsVerifier,
-            Box::new(move |e| set(e, |c| c.verifiers[1] = me)),
+            Box::new(none),
+            vec![me, v2],
+            false,
         ),
+        (VetRule::Terms, Box::new(none), vec![v1, v2], true),
         (
             VetRule::Deadline,
             Box::new(|e| {
@@ -475,45 +504,59 @@ fn terms_a_hostile_client_picks_are_refused_once_each_with_their_rule() {
                     *c.deadline = BLOCK_TIME + DEFAULT_MAX_DURATION_SECS + 1;
                 })
             }),
+            vec![v1, v2],
+            false,
         ),
         (
             VetRule::Grace,
             Box::new(|e| set(e, |c| *c.grace = DEFAULT_MAX_GRACE_SECS + 1)),
+            vec![v1, v2],
+            false,
         ),
     ];
-    for (rule, edit) in cases {
+    for (rule, edit, members, wrong_terms) in cases {
         let mut created = job_created(&k);
         edit(&mut created);
+        let terms = if wrong_terms {
+            Hash::repeat_byte(0x66)
+        } else {
+            created.terms_with(&members).unwrap()
+        };
+        let drawn = ChainEvent::CommitteeDrawn {
+            job_id: job(),
+            committee: members.clone(),
+            terms,
+        };
         let mut p = vetting_provider(&k.a);
         p.handle_input(t(0), chain(created));
-        p.handle_message(t(1), &offer(&k, 1));
+        p.handle_input(t(0), chain(drawn));
+        p.handle_message(t(1), &offer_for(&k, 1, members.clone()));
         let outs = drain(&mut p);
         assert!(bids(&outs).is_empty(), "{rule:?}: bid anyway");
         assert_eq!(refusals(&outs), vec![rule]);
         // The same offer again is refused again, but reported only once.
-        p.handle_message(t(2), &offer(&k, 1));
+        p.handle_message(t(2), &offer_for(&k, 1, members));
         let outs = drain(&mut p);
         assert!(
             bids(&outs).is_empty() && refusals(&outs).is_empty(),
             "{rule:?}"
         );
+        assert_eq!(p.refusals().get(&rule), Some(&1));
     }
 }
 
 /// The fields of a `JobCreated` the vetting tests change.
 struct CreatedFields<'a> {
-    client: &'a mut Address,
     token: &'a mut Address,
-    verifiers: &'a mut Vec<Address>,
+    quorum: &'a mut u8,
     deadline: &'a mut u64,
     grace: &'a mut u64,
 }
 
 fn set(e: &mut ChainEvent, f: impl FnOnce(CreatedFields<'_>)) {
     let ChainEvent::JobCreated {
-        client,
         token,
-        verifiers,
+        quorum,
         deadline,
         grace,
         ..
@@ -522,9 +565,8 @@ fn set(e: &mut ChainEvent, f: impl FnOnce(CreatedFields<'_>)) {
         unreachable!("a JobCreated")
     };
     f(CreatedFields {
-        client,
         token,
-        verifiers,
+        quorum,
         deadline,
         grace,
     });
@@ -541,7 +583,7 @@ fn it_bids_only_with_free_stake_for_one_more_epoch_and_learns_new_stake() {
             min_stake: U256::from(MIN_STAKE),
         },
     );
-    p.handle_input(t(0), chain(job_created(&k)));
+    confirm(&mut p, 0, &k);
     p.handle_message(t(1), &offer(&k, 1));
     let outs = drain(&mut p);
     assert!(bids(&outs).is_empty());
@@ -558,7 +600,7 @@ fn it_bids_only_with_free_stake_for_one_more_epoch_and_learns_new_stake() {
 }
 
 #[test]
-fn it_never_bids_again_on_a_job_whose_verifiers_rejected_its_work() {
+fn it_never_bids_again_on_a_job_whose_committee_rejected_its_work() {
     let k = keys();
     let mut p = vetting_provider(&k.a);
     p.handle_input(
@@ -568,7 +610,7 @@ fn it_never_bids_again_on_a_job_whose_verifiers_rejected_its_work() {
             min_stake: U256::from(MIN_STAKE),
         },
     );
-    p.handle_input(t(0), chain(job_created(&k)));
+    confirm(&mut p, 0, &k);
     p.handle_message(t(1), &offer(&k, 1));
     p.handle_input(t(100), assigned(1, &k.a, 0, Hash::ZERO));
     drain(&mut p);
@@ -578,4 +620,210 @@ fn it_never_bids_again_on_a_job_whose_verifiers_rejected_its_work() {
     let outs = drain(&mut p);
     assert!(bids(&outs).is_empty(), "re-bid on the job that rejected it");
     assert_eq!(refusals(&outs), vec![VetRule::RejectedBefore]);
+}
+
+/// Provider A training epoch 1, its checkpoint 50 announced at 200 ms.
+fn announced(k: &Keys) -> Provider {
+    let mut p = training(k);
+    p.handle_input(
+        t(200),
+        Input::CheckpointReady {
+            job_id: job(),
+            epoch: 1,
+            step: 50,
+            checkpoint_hash: ckpt(0xa, 50),
+            state_hashes: states(0xa, 0, 50),
+        },
+    );
+    drain(&mut p);
+    p
+}
+
+/// The claims (accepts of its own checkpoints) a provider submitted, with their notices.
+fn claims(outs: &[Output]) -> Vec<(ChainTx, bool)> {
+    let late: Vec<bool> = notices(outs)
+        .into_iter()
+        .filter_map(|n| match n {
+            Notice::ClaimSubmitted { late, .. } => Some(late),
+            _ => None,
+        })
+        .collect();
+    let txs: Vec<ChainTx> = txs(outs).into_iter().map(|(_, tx)| tx).collect();
+    assert_eq!(txs.len(), late.len(), "one notice per claim: {outs:?}");
+    txs.into_iter().zip(late).collect()
+}
+
+fn sorted_sigs(k: &Keys, epoch: u64, step: u64, h: Hash) -> Vec<gpuchain_protocol::Sig65> {
+    let mut votes: Vec<_> = [&k.v1, &k.v2]
+        .iter()
+        .map(|v| match vote(v, epoch, step, h, true) {
+            Message::Vote(v) => (v.verifier, v.signature),
+            _ => unreachable!(),
+        })
+        .collect();
+    votes.sort();
+    votes.into_iter().map(|(_, s)| s).collect()
+}
+
+#[test]
+fn it_claims_its_accepted_checkpoint_when_the_client_does_not() {
+    let k = keys();
+    let h = ckpt(0xa, 50);
+    let mut p = announced(&k);
+    // Votes off the committee and reject votes do not count toward a claim.
+    p.handle_message(t(300), &vote(&k.outsider, 1, 50, h, true));
+    p.handle_message(t(300), &vote(&k.v1, 1, 50, h, false));
+    p.handle_message(t(310), &vote(&k.v1, 1, 50, h, true));
+    p.handle_message(t(320), &vote(&k.v2, 1, 50, h, true));
+    // The client, whose job it is, gets CLAIM_AFTER to land it first.
+    let due = t(320).saturating_add(CLAIM_AFTER);
+    p.handle_timeout(t(320 + 2_999));
+    assert!(claims(&drain(&mut p)).is_empty());
+    assert!(p.poll_timeout().is_some_and(|at| at <= due));
+    p.handle_timeout(due);
+    let outs = drain(&mut p);
+    assert_eq!(
+        claims(&outs),
+        vec![(
+            ChainTx::AcceptCheckpoint {
+                job_id: job(),
+                epoch: 1,
+                step: 50,
+                checkpoint_hash: h,
+                sigs: sorted_sigs(&k, 1, 50, h),
+            },
+            false
+        )]
+    );
+    // Once only.
+    p.handle_message(t(4_000), &vote(&k.v2, 1, 50, h, true));
+    p.handle_timeout(t(10_000));
+    assert!(claims(&drain(&mut p)).is_empty());
+}
+
+#[test]
+fn a_client_that_lands_the_accept_in_time_leaves_nothing_to_claim() {
+    let k = keys();
+    let h = ckpt(0xa, 50);
+    let mut p = announced(&k);
+    p.handle_message(t(310), &vote(&k.v1, 1, 50, h, true));
+    p.handle_message(t(320), &vote(&k.v2, 1, 50, h, true));
+    p.handle_input(t(1_000), accepted(1, 50, h, &k.a));
+    p.handle_timeout(t(10_000));
+    assert!(claims(&drain(&mut p)).is_empty());
+}
+
+#[test]
+fn it_claims_at_once_when_the_client_ends_the_epoch() {
+    let k = keys();
+    let h = ckpt(0xa, 50);
+    // The quorum is in, then the client releases the epoch before the accept lands.
+    let mut p = announced(&k);
+    p.handle_message(t(310), &vote(&k.v1, 1, 50, h, true));
+    p.handle_message(t(320), &vote(&k.v2, 1, 50, h, true));
+    p.handle_input(t(400), epoch_ended(1, EpochEndReason::Released));
+    assert_eq!(p.poll_timeout(), Some(t(400)));
+    p.handle_timeout(t(400));
+    let outs = drain(&mut p);
+    let [
+        (
+            ChainTx::AcceptCheckpoint {
+                epoch: 1, step: 50, ..
+            },
+            true,
+        ),
+    ] = &claims(&outs)[..]
+    else {
+        panic!("{outs:?}")
+    };
+
+    // The client replaces it first, and the quorum forms after.
+    let mut p = announced(&k);
+    p.handle_message(t(310), &vote(&k.v1, 1, 50, h, true));
+    p.handle_input(t(400), epoch_ended(1, EpochEndReason::Replaced));
+    p.handle_input(t(400), assigned(2, &k.b, 0, Hash::ZERO));
+    drain(&mut p);
+    p.handle_message(t(500), &vote(&k.v2, 1, 50, h, true));
+    p.handle_timeout(t(500));
+    assert_eq!(claims(&drain(&mut p)).len(), 1);
+}
+
+#[test]
+fn a_failed_claim_is_dropped_not_repeated() {
+    let k = keys();
+    let h = ckpt(0xa, 50);
+    let mut p = announced(&k);
+    p.handle_message(t(310), &vote(&k.v1, 1, 50, h, true));
+    p.handle_message(t(320), &vote(&k.v2, 1, 50, h, true));
+    p.handle_input(t(400), epoch_ended(1, EpochEndReason::Released));
+    p.handle_timeout(t(400));
+    let outs = drain(&mut p);
+    let [(id, _)] = &txs(&outs)[..] else {
+        panic!("{outs:?}")
+    };
+    p.handle_input(
+        t(450),
+        Input::TxFailed {
+            id: *id,
+            reason: "WindowClosed(120)".into(),
+        },
+    );
+    // The votes again (regossiped) start nothing: the claim is gone.
+    p.handle_message(t(500), &vote(&k.v1, 1, 50, h, true));
+    p.handle_message(t(500), &vote(&k.v2, 1, 50, h, true));
+    p.handle_timeout(t(60_000));
+    assert!(claims(&drain(&mut p)).is_empty());
+}
+
+#[test]
+fn claims_end_with_what_makes_them_unpayable() {
+    let k = keys();
+    let h = ckpt(0xa, 50);
+    let quorum = |p: &mut Provider| {
+        p.handle_message(t(310), &vote(&k.v1, 1, 50, h, true));
+        p.handle_message(t(320), &vote(&k.v2, 1, 50, h, true));
+    };
+    // Ended by the provider itself, by a reject, by a late accept of another epoch: no
+    // decision window, nothing to claim.
+    for reason in [
+        EpochEndReason::Resigned,
+        EpochEndReason::Rejected,
+        EpochEndReason::Superseded,
+    ] {
+        let mut p = announced(&k);
+        quorum(&mut p);
+        p.handle_input(t(400), epoch_ended(1, reason));
+        p.handle_timeout(t(60_000));
+        assert!(claims(&drain(&mut p)).is_empty(), "{reason:?}");
+    }
+    // The job expired.
+    let mut p = announced(&k);
+    quorum(&mut p);
+    p.handle_input(
+        t(400),
+        chain(ChainEvent::JobExpired {
+            job_id: job(),
+            refund: U256::ZERO,
+        }),
+    );
+    p.handle_timeout(t(60_000));
+    assert!(claims(&drain(&mut p)).is_empty());
+    // The client ended the epoch and the head moved on (someone else's checkpoint 50 was
+    // accepted): the escrow would refuse it as moved on.
+    let mut p = announced(&k);
+    p.handle_message(t(310), &vote(&k.v1, 1, 50, h, true));
+    p.handle_input(t(400), epoch_ended(1, EpochEndReason::Released));
+    p.handle_input(t(410), accepted(2, 50, ckpt(0xb, 50), &k.b));
+    p.handle_message(t(500), &vote(&k.v2, 1, 50, h, true));
+    p.handle_timeout(t(60_000));
+    assert!(claims(&drain(&mut p)).is_empty());
+    // A claim kept past the decision window is dropped, not sent.
+    let mut p = announced(&k);
+    p.handle_message(t(310), &vote(&k.v1, 1, 50, h, true));
+    p.handle_input(t(400), epoch_ended(1, EpochEndReason::Released));
+    let late = t(400).saturating_add(CLAIM_KEPT_FOR);
+    p.handle_timeout(late);
+    p.handle_message(late, &vote(&k.v2, 1, 50, h, true));
+    p.handle_timeout(late);
+    assert!(claims(&drain(&mut p)).is_empty());
 }

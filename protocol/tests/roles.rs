@@ -1,12 +1,15 @@
 //! The composite a node hosts (`roles::Roles`): inputs reach every machine, verdicts fold,
 //! the timeout is the earliest, and each role comes back from a restart as the node restores it.
+//! Long because each role of the composite is tested with its own fixtures in one place.
 // Test code: a broken fixture should fail loudly where it is read.
 #![allow(clippy::unwrap_used)]
 
-use gpuchain_protocol::chain::ChainEvent;
+use gpuchain_protocol::chain::{ChainEvent, ChainTx};
+use gpuchain_protocol::faults::ClientFault;
 use gpuchain_protocol::messages::{
     Bid, CheckpointAnnounce, DeviceKind, Hardware, Heartbeat, JobOffer, Vote, state_root,
 };
+use gpuchain_protocol::provider::CLAIM_AFTER;
 use gpuchain_protocol::roles::{RoleConfigs, Roles};
 use gpuchain_protocol::topics::{heartbeat_topic, job_topic};
 use gpuchain_protocol::{
@@ -84,8 +87,8 @@ fn id(n: u64) -> U256 {
     U256::from(n)
 }
 
-/// The job's verifier list: a provider bids only where there are at least two (and the
-/// escrow takes no fewer), so a job these tests give one verifier gets a second, silent one.
+/// The job's committee: a provider bids only where there are at least two (and the escrow
+/// draws no fewer), so a job these tests give one verifier gets a second, silent one.
 fn listed(verifiers: &[&SigningKey]) -> Vec<Address> {
     let mut v: Vec<Address> = verifiers.iter().map(|k| k.address()).collect();
     if v.len() == 1 {
@@ -110,10 +113,25 @@ fn created(job: u64, client: &SigningKey, verifiers: &[&SigningKey]) -> ChainEve
         total_steps: spec.total_steps,
         checkpoint_interval: spec.checkpoint_interval,
         spec_hash: spec.spec_hash(),
-        verifiers: listed(verifiers),
+        committee_size: listed(verifiers).len() as u8,
         quorum: quorum(verifiers),
+        verifier_fee: U256::from(1_000),
         deadline: BLOCK_TIME + 3_600,
         grace: 600,
+        seed_block: 1,
+    }
+}
+
+/// The draw of [`created`]'s job: `verifiers` (see [`listed`]) seated.
+fn drawn(job: u64, client: &SigningKey, verifiers: &[&SigningKey]) -> ChainEvent {
+    let committee = listed(verifiers);
+    let terms = created(job, client, verifiers)
+        .terms_with(&committee)
+        .unwrap();
+    ChainEvent::CommitteeDrawn {
+        job_id: id(job),
+        committee,
+        terms,
     }
 }
 
@@ -147,7 +165,7 @@ fn offer(job: u64, client: &SigningKey, next_epoch: u64, verifiers: &[&SigningKe
             next_epoch,
             spec: spec(),
             max_price_per_step: U256::from(MAX_PRICE),
-            verifiers: listed(verifiers),
+            committee: listed(verifiers),
             quorum: quorum(verifiers),
             signature: Sig65::ZERO,
         }
@@ -238,6 +256,7 @@ fn an_input_reaches_every_machine_and_outputs_keep_role_order() {
     );
 
     roles.handle_input(t(10), chain(created(1, &k.client, &v)));
+    roles.handle_input(t(10), chain(drawn(1, &k.client, &v)));
     assert_eq!(
         drain(&mut roles),
         vec![Output::Subscribe {
@@ -246,6 +265,7 @@ fn an_input_reaches_every_machine_and_outputs_keep_role_order() {
         "the verifier follows job 1; the client and the provider have no part in it"
     );
     roles.handle_input(t(20), chain(created(2, &k.outsider, &[&k.verifier])));
+    roles.handle_input(t(20), chain(drawn(2, &k.outsider, &[&k.verifier])));
     let outs = drain(&mut roles);
     let b = bids(&outs);
     assert_eq!(
@@ -261,6 +281,7 @@ fn an_input_reaches_every_machine_and_outputs_keep_role_order() {
     // job 3), then the provider's (a standby bid for job 2's next epoch, as another
     // provider took epoch 1).
     roles.handle_input(t(30), chain(created(3, &k.node, &[&k.verifier])));
+    roles.handle_input(t(30), chain(drawn(3, &k.node, &[&k.verifier])));
     roles.handle_input(t(30), chain(assigned(2, 1, &k.provider, 0, Hash::ZERO)));
     let outs = drain(&mut roles);
     let offered = outs.iter().position(|o| {
@@ -290,6 +311,7 @@ fn one_machine_alone_behaves_as_it_does_outside_the_composite() {
     let mut alone = Provider::new(provider_config(), k.node.clone());
     let steps: Vec<Input> = vec![
         chain(created(1, &k.client, &[&k.verifier])),
+        chain(drawn(1, &k.client, &[&k.verifier])),
         chain(assigned(1, 1, &k.node, 0, Hash::ZERO)),
     ];
     let m = checked(offer(1, &k.client, 1, &[&k.verifier]));
@@ -320,6 +342,7 @@ fn verdicts_fold_reject_over_ignore_over_accept() {
     let k = keys();
     let history = [
         created(1, &k.client, &[&k.node, &k.verifier]),
+        drawn(1, &k.client, &[&k.node, &k.verifier]),
         assigned(1, 1, &k.provider, 0, Hash::ZERO),
     ];
     let mut roles = Roles::new(all_roles(), &k.node);
@@ -388,8 +411,10 @@ fn the_timeout_is_the_earliest_of_the_machines() {
     // The client's own job opens a bid window (500 ms); the provider, assigned another job,
     // heartbeats at once and then every 100 ms; the verifier has no timers.
     roles.handle_input(t(1_000), chain(created(1, &k.node, &[&k.verifier])));
+    roles.handle_input(t(1_000), chain(drawn(1, &k.node, &[&k.verifier])));
     assert_eq!(roles.poll_timeout(), Some(t(1_500)));
     roles.handle_input(t(1_000), chain(created(2, &k.client, &[&k.verifier])));
+    roles.handle_input(t(1_000), chain(drawn(2, &k.client, &[&k.verifier])));
     roles.handle_input(t(1_000), chain(assigned(2, 1, &k.node, 0, Hash::ZERO)));
     assert_eq!(roles.poll_timeout(), Some(t(1_100)));
     drain(&mut roles);
@@ -417,7 +442,10 @@ fn the_timeout_is_the_earliest_of_the_machines() {
 #[test]
 fn a_restored_client_re_offers_its_open_job() {
     let k = keys();
-    let history = [(BLOCK_TIME, created(1, &k.node, &[&k.verifier]))];
+    let history = [
+        (BLOCK_TIME, created(1, &k.node, &[&k.verifier])),
+        (BLOCK_TIME, drawn(1, &k.node, &[&k.verifier])),
+    ];
     let configs = RoleConfigs {
         client: Some(client_config()),
         ..RoleConfigs::default()
@@ -448,6 +476,7 @@ fn a_restored_provider_drops_the_epoch_it_was_training_and_knows_the_chain() {
     let k = keys();
     let history = [
         (BLOCK_TIME, created(1, &k.client, &[&k.verifier])),
+        (BLOCK_TIME, drawn(1, &k.client, &[&k.verifier])),
         (BLOCK_TIME + 2, assigned(1, 1, &k.node, 0, Hash::ZERO)),
     ];
     let configs = RoleConfigs {
@@ -488,6 +517,7 @@ fn a_restored_provider_drops_the_epoch_it_was_training_and_knows_the_chain() {
         &k.node,
     );
     fresh.handle_input(t(0), chain(created(1, &k.client, &[&k.verifier])));
+    fresh.handle_input(t(0), chain(drawn(1, &k.client, &[&k.verifier])));
     assert_eq!(fresh.handle_checked(t(10), &stale), Verdict::Accept);
     assert_eq!(bids(&drain(&mut fresh)).len(), 1);
 
@@ -504,6 +534,7 @@ fn a_restored_verifier_resumes_from_the_chains_accepted_checkpoint() {
     let accepted = Hash::repeat_byte(50);
     let history = [
         (BLOCK_TIME, created(1, &k.client, &[&k.node, &k.verifier])),
+        (BLOCK_TIME, drawn(1, &k.client, &[&k.node, &k.verifier])),
         (BLOCK_TIME + 2, assigned(1, 1, &k.provider, 0, Hash::ZERO)),
         (
             BLOCK_TIME + 8,
@@ -514,6 +545,8 @@ fn a_restored_verifier_resumes_from_the_chains_accepted_checkpoint() {
                 checkpoint_hash: accepted,
                 provider: k.provider.address(),
                 amount: U256::from(50_000),
+                voters: U256::from(0b11),
+                fees: U256::from(2_000),
             },
         ),
     ];
@@ -551,8 +584,11 @@ fn restore_rebuilds_every_role_of_one_node() {
     // The node was client of job 1, provider of job 2 (training it), verifier of job 3.
     let history = [
         (BLOCK_TIME, created(1, &k.node, &[&k.verifier])),
+        (BLOCK_TIME, drawn(1, &k.node, &[&k.verifier])),
         (BLOCK_TIME, created(2, &k.client, &[&k.verifier])),
+        (BLOCK_TIME, drawn(2, &k.client, &[&k.verifier])),
         (BLOCK_TIME, created(3, &k.outsider, &[&k.node, &k.verifier])),
+        (BLOCK_TIME, drawn(3, &k.outsider, &[&k.node, &k.verifier])),
         (BLOCK_TIME + 2, assigned(2, 1, &k.node, 0, Hash::ZERO)),
     ];
     let mut roles = Roles::restore(all_roles(), &k.node, [spec()], &history, t(0));
@@ -582,6 +618,23 @@ fn restore_rebuilds_every_role_of_one_node() {
     );
     assert!(roles.provider().unwrap().training(id(2)).is_none());
     assert!(roles.verifier().unwrap().head(id(3)).is_some());
+    // The chain record is rebuilt from the same history, whatever the roles.
+    let record = roles.chain_record();
+    assert_eq!(record.provider(&k.node.address()).epochs_assigned, 1);
+    assert_eq!(record.verifier(&k.node.address()).seats, 1);
+    assert_eq!(record.verifier(&k.verifier.address()).seats, 3);
+    roles.handle_input(
+        t(1),
+        chain(ChainEvent::EpochEnded {
+            job_id: id(2),
+            epoch: 1,
+            reason: gpuchain_protocol::EpochEndReason::Released,
+        }),
+    );
+    assert_eq!(
+        roles.chain_record().provider(&k.node.address()).epochs_lost,
+        1
+    );
     assert!(roles.client().unwrap().job_status(id(1)).is_some());
     assert!(
         !outs.iter().any(|o| matches!(
@@ -589,5 +642,97 @@ fn restore_rebuilds_every_role_of_one_node() {
             Output::StartTraining { .. } | Output::StopTraining { .. }
         )),
         "{outs:?}"
+    );
+}
+
+#[test]
+fn a_restored_client_asks_again_for_the_draw_of_a_job_still_drawing() {
+    let k = keys();
+    let history = [
+        (BLOCK_TIME, created(1, &k.node, &[&k.verifier])),
+        (BLOCK_TIME, created(2, &k.client, &[&k.node, &k.verifier])),
+        (BLOCK_TIME, drawn(2, &k.client, &[&k.node, &k.verifier])),
+    ];
+    let mut roles = Roles::restore(all_roles(), &k.node, [spec()], &history, t(0));
+    let outs = drain(&mut roles);
+    let draws: Vec<_> = outs
+        .iter()
+        .filter_map(|o| match o {
+            Output::SubmitTx {
+                tx: ChainTx::DrawCommittee { job_id },
+                ..
+            } => Some(*job_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(draws, vec![id(1)], "{outs:?}");
+    assert!(
+        !outs.iter().any(|o| matches!(
+            o,
+            Output::Publish {
+                message: Message::JobOffer(_),
+                ..
+            }
+        )),
+        "nothing to offer before the draw"
+    );
+    // The verifier learned its seat on job 2 from the replayed draw.
+    assert_eq!(
+        roles.verifier().unwrap().head(id(2)),
+        Some((0, spec().spec_hash()))
+    );
+}
+
+#[test]
+fn a_client_fault_filters_the_client_only() {
+    let k = keys();
+    let mut roles = Roles::new(all_roles(), &k.node);
+    roles.set_client_fault(Some(ClientFault::WithholdPay));
+    let v = [&k.verifier, &k.outsider];
+    // The node's own job 1, run by another provider; and job 2, where the node provides.
+    for e in [
+        created(1, &k.node, &v),
+        drawn(1, &k.node, &v),
+        assigned(1, 1, &k.provider, 0, Hash::ZERO),
+        created(2, &k.client, &v),
+        drawn(2, &k.client, &v),
+        assigned(2, 1, &k.node, 0, Hash::ZERO),
+    ] {
+        roles.handle_input(t(0), chain(e));
+    }
+    roles.handle_input(
+        t(10),
+        Input::CheckpointReady {
+            job_id: id(2),
+            epoch: 1,
+            step: 50,
+            checkpoint_hash: Hash::repeat_byte(0x77),
+            state_hashes: (0..=50u64)
+                .map(|s| Hash::left_padding_from(&s.to_be_bytes()))
+                .collect(),
+        },
+    );
+    drain(&mut roles);
+    for key in v {
+        roles.handle_checked(t(20), &checked(vote(1, key, 1, 50)));
+        roles.handle_checked(t(20), &checked(vote(2, key, 1, 50)));
+    }
+    roles.handle_timeout(t(20).saturating_add(CLAIM_AFTER));
+    let txs: Vec<ChainTx> = drain(&mut roles)
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::SubmitTx { tx, .. } => Some(tx),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(
+            &txs[..],
+            [
+                ChainTx::ReleaseProvider { job_id: one },
+                ChainTx::AcceptCheckpoint { job_id: two, step: 50, .. },
+            ] if *one == id(1) && *two == id(2)
+        ),
+        "the client withholds pay on its job; the provider still claims on the other: {txs:?}"
     );
 }

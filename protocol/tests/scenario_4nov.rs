@@ -1,9 +1,11 @@
-//! The product page's 4 Nov run, played through the three roles in virtual time with a
+//! The product page's 4 Nov run, played through the three roles in virtual time with
 //! the escrow model and scripted trainer/verifier results, asserting every decision:
-//! fashion-cnn, 400 steps, checkpoint every 50; A trains and 50..150 are accepted; A dies at
-//! step 158 and is noticed within 0.3 s; P resumes from 150 in a new epoch, its checkpoint
-//! fails the quality test and both verifiers reject it; B resumes from 150 and finishes.
-//! Payouts: A 150 steps, B 250 steps, P nothing and slashed. The chain is the escrow model
+//! fashion-cnn, 400 steps, checkpoint every 50; the escrow draws the committee (the two
+//! pooled verifiers); A trains and 50..150 are accepted; A dies at step 158 and is noticed
+//! within 0.3 s; P resumes from 150 in a new epoch, its checkpoint fails the quality test and
+//! both verifiers reject it (unanimous: slashed); B resumes from 150 and finishes.
+//! Payouts: A 150 steps, B 250 steps, P nothing and slashed, each verifier a fee per decision
+//! it signed; the refund is what is left. The chain is the escrow model
 //! (`gpuchain_protocol::escrow`), the one the simulator runs and the differential test holds
 //! to the contract, so every transaction the machines submit meets the contract's checks.
 // Test code: a broken fixture should fail loudly where it is read.
@@ -11,20 +13,18 @@
 
 mod common;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Duration;
 
+use common::world::World;
 use common::*;
-use gpuchain_protocol::chain::{ChainEvent, ChainTx, TxId};
+use gpuchain_protocol::chain::ChainEvent;
+use gpuchain_protocol::chain_record::ChainRecord;
 use gpuchain_protocol::client::JobParams;
-use gpuchain_protocol::escrow::{Escrow, Status};
-use gpuchain_protocol::io::QualityReport;
+use gpuchain_protocol::escrow::{Event as EscrowEvent, Status};
 use gpuchain_protocol::signing::SigningKey;
-use gpuchain_protocol::wire::Message;
 use gpuchain_protocol::{
-    Address, Client, ClientConfig, Hash, Input, Notice, Output, Provider, ProviderConfig,
-    StateMachine, Time, U256, Verdict, Verifier, VerifierConfig,
+    Address, Client, ClientConfig, Hash, Notice, Provider, ProviderConfig, StateMachine, U256,
+    Verdict, Verifier, VerifierConfig,
 };
 
 const CLIENT: usize = 0;
@@ -34,283 +34,10 @@ const B: usize = 3;
 const V1: usize = 4;
 const V2: usize = 5;
 
-const NET: Duration = Duration::from_millis(5);
-const TX: Duration = Duration::from_millis(50);
-const STEP: Duration = Duration::from_millis(40);
-const BLOB: Duration = Duration::from_millis(10);
-const TEST: Duration = Duration::from_millis(30);
 const BUDGET: u64 = 5_000_000;
 
 fn tag(node: usize) -> u8 {
-    [0, 0xa, 0xf, 0xb][node]
-}
-
-enum Event {
-    Deliver { to: usize, bytes: Vec<u8> },
-    Input { to: usize, input: Input },
-    Tx { from: usize, id: TxId, tx: ChainTx },
-    TrainStep { node: usize, epoch: u64 },
-}
-
-struct Trainer {
-    epoch: u64,
-    step: u64,
-    last_ckpt: u64,
-    until: u64,
-}
-
-struct World {
-    now: Time,
-    seq: u64,
-    queue: BinaryHeap<Reverse<(Time, u64, usize)>>,
-    events: BTreeMap<usize, Event>,
-    nodes: Vec<Box<dyn StateMachine>>,
-    alive: Vec<bool>,
-    trainers: BTreeMap<usize, Trainer>,
-    escrow: Escrow,
-    /// Each node's address: the sender of its transactions.
-    addresses: Vec<Address>,
-    chain_log: Vec<(Time, ChainEvent)>,
-    tx_failures: Vec<(usize, String)>,
-    notices: Vec<(Time, usize, Notice)>,
-    starts: Vec<(Time, usize, u64, u64, Hash)>,
-    verdicts: Vec<(usize, Verdict)>,
-    killed_at: Option<Time>,
-    killed_step: u64,
-}
-
-impl World {
-    fn schedule(&mut self, after: Duration, event: Event) {
-        self.seq += 1;
-        let id = self.seq as usize;
-        self.events.insert(id, event);
-        self.queue
-            .push(Reverse((self.now.saturating_add(after), self.seq, id)));
-    }
-
-    fn route(&mut self, from: usize) {
-        while let Some(out) = self.nodes[from].poll_output() {
-            match out {
-                Output::Publish { message, .. } => {
-                    let bytes = message.try_encode().expect("honest messages fit");
-                    for to in 0..self.nodes.len() {
-                        if to != from {
-                            self.schedule(
-                                NET,
-                                Event::Deliver {
-                                    to,
-                                    bytes: bytes.clone(),
-                                },
-                            );
-                        }
-                    }
-                }
-                Output::SubmitTx { id, tx } => self.schedule(TX, Event::Tx { from, id, tx }),
-                Output::StartTraining {
-                    epoch,
-                    from_step,
-                    from_checkpoint,
-                    until_step,
-                    ..
-                } => {
-                    self.starts
-                        .push((self.now, from, epoch, from_step, from_checkpoint));
-                    self.trainers.insert(
-                        from,
-                        Trainer {
-                            epoch,
-                            step: from_step,
-                            last_ckpt: from_step,
-                            until: until_step,
-                        },
-                    );
-                    self.schedule(STEP, Event::TrainStep { node: from, epoch });
-                }
-                Output::StopTraining { .. } => {
-                    self.trainers.remove(&from);
-                }
-                Output::FetchBlob { hash, .. } => {
-                    if from != CLIENT {
-                        self.schedule(
-                            BLOB,
-                            Event::Input {
-                                to: from,
-                                input: Input::BlobFetched { hash, ok: true },
-                            },
-                        );
-                    }
-                }
-                Output::RunQualityTest {
-                    job_id,
-                    epoch,
-                    step,
-                    checkpoint_hash,
-                    ..
-                } => {
-                    // P's checkpoint is junk: ~10 % accuracy, below the previous accepted one.
-                    let junk = checkpoint_hash == ckpt(tag(P), step);
-                    let report = if junk {
-                        QualityReport {
-                            pass: false,
-                            accuracy: 0.1,
-                            loss: 2.3,
-                        }
-                    } else {
-                        QualityReport {
-                            pass: true,
-                            accuracy: 0.8,
-                            loss: 0.5,
-                        }
-                    };
-                    let input = Input::QualityResult {
-                        job_id,
-                        epoch,
-                        step,
-                        checkpoint_hash,
-                        report,
-                    };
-                    self.schedule(TEST, Event::Input { to: from, input });
-                }
-                Output::RunSpotCheck {
-                    job_id,
-                    epoch,
-                    step,
-                    checkpoint_hash,
-                    steps,
-                    ..
-                } => {
-                    assert!(!steps.is_empty());
-                    let input = Input::SpotCheckResult {
-                        job_id,
-                        epoch,
-                        step,
-                        checkpoint_hash,
-                        pass: true,
-                    };
-                    self.schedule(TEST, Event::Input { to: from, input });
-                }
-                Output::Notice(n) => self.notices.push((self.now, from, n)),
-                Output::Subscribe { .. } | Output::Unsubscribe { .. } => {}
-            }
-        }
-    }
-
-    fn step(&mut self) -> bool {
-        let next_event = self.queue.peek().map(|Reverse((t, _, _))| *t);
-        let next_timer = (0..self.nodes.len())
-            .filter(|&i| self.alive[i])
-            .filter_map(|i| self.nodes[i].poll_timeout())
-            .min();
-        let Some(now) = [next_event, next_timer].into_iter().flatten().min() else {
-            return false;
-        };
-        assert!(now >= self.now, "time never runs backwards");
-        self.now = now;
-        if next_timer == Some(now) {
-            for i in 0..self.nodes.len() {
-                if self.alive[i] && self.nodes[i].poll_timeout().is_some_and(|t| t <= now) {
-                    self.nodes[i].handle_timeout(now);
-                    self.route(i);
-                }
-            }
-            return true;
-        }
-        let Some(Reverse((_, _, id))) = self.queue.pop() else {
-            return false;
-        };
-        let Some(event) = self.events.remove(&id) else {
-            return true;
-        };
-        match event {
-            Event::Deliver { to, bytes } => {
-                if self.alive[to] {
-                    let msg = Message::decode(&bytes).expect("honest bytes decode");
-                    let v = self.nodes[to].handle_message(now, &msg);
-                    self.verdicts.push((to, v));
-                    self.route(to);
-                }
-            }
-            Event::Input { to, input } => {
-                if self.alive[to] {
-                    self.nodes[to].handle_input(now, input);
-                    self.route(to);
-                }
-            }
-            Event::Tx { from, id, tx } => {
-                let block_time = BLOCK_TIME + now.as_millis() / 1000;
-                match self
-                    .escrow
-                    .apply(&tx.into(), self.addresses[from], block_time)
-                {
-                    Ok(events) => {
-                        for event in events.into_iter().filter_map(|e| e.job().cloned()) {
-                            self.chain_log.push((now, event.clone()));
-                            for to in 0..self.nodes.len() {
-                                if self.alive[to] {
-                                    self.nodes[to].handle_input(
-                                        now,
-                                        Input::Chain {
-                                            block_time,
-                                            event: event.clone(),
-                                        },
-                                    );
-                                    self.route(to);
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        self.tx_failures.push((from, e.to_string()));
-                        if self.alive[from] {
-                            let reason = e.to_string();
-                            self.nodes[from].handle_input(now, Input::TxFailed { id, reason });
-                            self.route(from);
-                        }
-                    }
-                }
-            }
-            Event::TrainStep { node, epoch } => {
-                if !self.alive[node] {
-                    return true;
-                }
-                let Some(tr) = self.trainers.get_mut(&node).filter(|t| t.epoch == epoch) else {
-                    return true;
-                };
-                tr.step += 1;
-                let (step, parent, until) = (tr.step, tr.last_ckpt, tr.until);
-                let mut inputs = vec![Input::StepDone {
-                    job_id: job(),
-                    epoch,
-                    step,
-                    loss: 1.0 / step as f32,
-                }];
-                if step % 50 == 0 || step == until {
-                    tr.last_ckpt = step;
-                    inputs.push(Input::CheckpointReady {
-                        job_id: job(),
-                        epoch,
-                        step,
-                        checkpoint_hash: ckpt(tag(node), step),
-                        state_hashes: states(tag(node), parent, step),
-                    });
-                }
-                for input in inputs {
-                    self.nodes[node].handle_input(now, input);
-                    self.route(node);
-                }
-                if node == A && step == 158 {
-                    // A dies mid-interval: no more output, no more input.
-                    self.alive[A] = false;
-                    self.killed_at = Some(now);
-                    self.killed_step = step;
-                    self.trainers.remove(&A);
-                } else if step < until {
-                    self.schedule(STEP, Event::TrainStep { node, epoch });
-                }
-            }
-        }
-        true
-    }
+    [0, 0xa, 0xf, 0xb, 0, 0][node]
 }
 
 fn provider(key: &SigningKey, price: u64) -> Box<dyn StateMachine> {
@@ -330,53 +57,36 @@ fn four_november_story() {
             token: TOKEN,
             budget: U256::from(BUDGET),
             max_price_per_step: U256::from(MAX_PRICE),
-            verifiers: vec![k.v1.address(), k.v2.address()],
+            committee_size: 2,
             quorum: 2,
+            verifier_fee: U256::from(VERIFIER_FEE),
             deadline: BLOCK_TIME + 3600,
             grace: 600,
         },
     );
-    let mut w = World {
-        now: Time::ZERO,
-        seq: 0,
-        queue: BinaryHeap::new(),
-        events: BTreeMap::new(),
-        nodes: vec![
-            Box::new(client),
-            provider(&k.a, 1000),
-            provider(&k.p, 2000),
-            provider(&k.b, 3000),
-            Box::new(Verifier::new(
-                VerifierConfig::new(domain(), 1),
-                k.v1.clone(),
-            )),
-            Box::new(Verifier::new(
-                VerifierConfig::new(domain(), 2),
-                k.v2.clone(),
-            )),
-        ],
-        alive: vec![true; 6],
-        trainers: BTreeMap::new(),
-        escrow: escrow(&k),
-        addresses: [&k.client, &k.a, &k.p, &k.b, &k.v1, &k.v2]
-            .iter()
-            .map(|key| key.address())
-            .collect(),
-        chain_log: vec![],
-        tx_failures: vec![],
-        notices: vec![],
-        starts: vec![],
-        verdicts: vec![],
-        killed_at: None,
-        killed_step: 0,
-    };
+    let nodes: Vec<Box<dyn StateMachine>> = vec![
+        Box::new(client),
+        provider(&k.a, 1000),
+        provider(&k.p, 2000),
+        provider(&k.b, 3000),
+        Box::new(Verifier::new(
+            VerifierConfig::new(domain(), 1),
+            k.v1.clone(),
+        )),
+        Box::new(Verifier::new(
+            VerifierConfig::new(domain(), 2),
+            k.v2.clone(),
+        )),
+    ];
+    let addresses = [&k.client, &k.a, &k.p, &k.b, &k.v1, &k.v2]
+        .iter()
+        .map(|key| key.address())
+        .collect();
+    let mut w = World::new(nodes, addresses, (0..6).map(tag).collect(), escrow(&k));
+    w.junk.insert(P);
+    w.kill = Some((A, 158));
     w.route(CLIENT);
-    while w.step() {
-        assert!(
-            w.now < Time::from_millis(120_000),
-            "the story ends in virtual time"
-        );
-    }
+    w.run(Duration::from_secs(120));
 
     let addr = |n: usize| {
         [
@@ -551,31 +261,107 @@ fn four_november_story() {
     // Every transaction the machines sent passed the contract's checks.
     assert!(w.tx_failures.is_empty(), "{:?}", w.tx_failures);
 
-    // Payouts: A 150 steps × 1000, B 250 steps × 3000, P nothing; the rest refunded once the
-    // client's `settle` lands; P's stake slashed and burned, so the client gains nothing by it.
+    // The committee the escrow drew: the two pooled verifiers, the client not on it.
+    let drawn = w.events(|e| match e {
+        ChainEvent::CommitteeDrawn { committee, .. } => Some(committee.clone()),
+        _ => None,
+    });
+    assert_eq!(drawn.len(), 1);
+    let mut seated = drawn[0].clone();
+    seated.sort();
+    let mut pooled = vec![k.v1.address(), k.v2.address()];
+    pooled.sort();
+    assert_eq!(seated, pooled);
+
+    // Payouts: A 150 steps × 1000, B 250 steps × 3000, P nothing; each verifier the fee of
+    // the 8 accepts and the reject it signed (the budget had slack for the reject's fees);
+    // the rest refunded once the client's `settle` lands; P's stake slashed (both members
+    // rejected) and burned, so the client gains nothing by it.
     let e = &w.escrow;
     assert_eq!(e.job(job()).map(|j| j.status), Some(Status::Completed));
-    assert_eq!(e.withdrawable(addr(A), TOKEN), U256::from(150_000));
-    assert_eq!(e.withdrawable(addr(B), TOKEN), U256::from(750_000));
+    let paid_a = e.withdrawable(addr(A), TOKEN);
+    let paid_b = e.withdrawable(addr(B), TOKEN);
+    assert_eq!(paid_a, U256::from(150_000));
+    assert_eq!(paid_b, U256::from(750_000));
     assert_eq!(e.withdrawable(addr(P), TOKEN), U256::ZERO);
     assert_eq!(e.stake_of(addr(P)).bonded, U256::ZERO);
     assert_eq!(e.stake_of(addr(B)).bonded, U256::from(MIN_STAKE));
     assert_eq!(e.burned(), U256::from(MIN_STAKE));
+    let fee_each = U256::from(9 * VERIFIER_FEE);
+    let fees: Vec<U256> = [V1, V2]
+        .iter()
+        .map(|v| e.withdrawable(w.addresses[*v], TOKEN))
+        .collect();
+    assert_eq!(fees, vec![fee_each, fee_each]);
+    let credited: Vec<(Address, U256)> = w
+        .escrow_log
+        .iter()
+        .filter_map(|ev| match ev {
+            EscrowEvent::FeesCredited {
+                verifier, amount, ..
+            } => Some((*verifier, *amount)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        credited,
+        drawn[0].iter().map(|v| (*v, fee_each)).collect::<Vec<_>>(),
+        "credited by the settle, in committee order"
+    );
+    let refund = w.events(|e| match e {
+        ChainEvent::JobCompleted { refund, .. } => Some(*refund),
+        _ => None,
+    });
+    let refund = refund[0];
+    assert_eq!(
+        refund,
+        U256::from(BUDGET - 150_000 - 750_000 - 18 * VERIFIER_FEE)
+    );
     // The client's refund: credited by its settle, or already withdrawn.
     let client_total = e.withdrawable(addr(CLIENT), TOKEN) + e.balance_of(TOKEN, addr(CLIENT));
-    assert_eq!(client_total, U256::from(5_000_000u64 - BUDGET + 4_100_000));
+    assert_eq!(client_total, U256::from(5_000_000u64 - BUDGET) + refund);
+    // The budget identity, from the chain's own books: paid + fees + refunded == budget.
+    let fees_total = fees[0] + fees[1];
+    assert_eq!(paid_a + paid_b + fees_total + refund, U256::from(BUDGET));
     assert_eq!(
         e.balance_of(TOKEN, domain().escrow),
         e.owed_recomputed(TOKEN)
     );
-    let refund = w.chain_log.iter().find_map(|(_, e)| match e {
-        ChainEvent::JobCompleted { refund, .. } => Some(*refund),
-        _ => None,
-    });
-    assert_eq!(refund, Some(U256::from(4_100_000)));
     assert!(
         w.notices
             .iter()
             .any(|(_, n, x)| *n == CLIENT && *x == Notice::JobFinished { job_id: job() })
+    );
+    // The chain record of the run, as the node's `provider status` would show it.
+    let record = ChainRecord::from_history(w.chain_log.iter().map(|(_, e)| e));
+    let a = record.provider(&addr(A));
+    assert_eq!(
+        (a.epochs_assigned, a.checkpoints_accepted, a.epochs_lost),
+        (1, 3, 1)
+    );
+    assert_eq!(a.paid, paid_a);
+    let p = record.provider(&addr(P));
+    assert_eq!((p.epochs_rejected, p.epochs_slashed), (1, 1));
+    assert!(p.score() < a.score());
+    let b = record.provider(&addr(B));
+    assert_eq!(
+        (b.checkpoints_accepted, b.epochs_completed, b.late_accepts),
+        (5, 1, 0)
+    );
+    for v in [V1, V2] {
+        let r = record.verifier(&w.addresses[v]);
+        assert_eq!((r.seats, r.with_outcome, r.without_outcome), (1, 9, 0));
+        assert_eq!(r.fees, fee_each);
+    }
+    let usdc = |x: U256| x.to::<u64>() as f64 / 1e6;
+    eprintln!(
+        "budget {:.3} USDC: A {:.3}, B {:.3}, P 0 (slashed {:.3}, burned); verifier fees {:.3} + {:.3}; refunded {:.3}",
+        usdc(U256::from(BUDGET)),
+        usdc(paid_a),
+        usdc(paid_b),
+        usdc(U256::from(MIN_STAKE)),
+        usdc(fees[0]),
+        usdc(fees[1]),
+        usdc(refund)
     );
 }

@@ -13,13 +13,13 @@ use gpuchain_protocol::signing::{Scheme, SigningKey};
 use gpuchain_protocol::verifier::spot_check_steps;
 use gpuchain_protocol::wire::{Message, Vote};
 use gpuchain_protocol::{
-    Hash, IgnoreReason, Input, RejectReason, StateMachine, Verdict, Verifier, VerifierConfig,
+    Hash, IgnoreReason, Input, RejectReason, StateMachine, Time, Verdict, Verifier, VerifierConfig,
 };
 use std::time::Duration;
 
 fn verifier(key: &SigningKey, k: &Keys) -> Verifier {
     let mut v = Verifier::new(VerifierConfig::new(domain(), 42), key.clone());
-    v.handle_input(t(0), chain(job_created(k)));
+    confirm(&mut v, 0, k);
     v.handle_input(t(0), assigned(1, &k.a, 0, Hash::ZERO));
     drain(&mut v);
     v
@@ -65,11 +65,31 @@ fn spot(step: u64, tag: u8, pass: bool) -> Input {
 }
 
 #[test]
-fn only_listed_verifiers_track_a_job() {
+fn only_committee_members_track_a_job() {
     let k = keys();
     let mut v = Verifier::new(VerifierConfig::new(domain(), 1), k.outsider.clone());
-    v.handle_input(t(0), chain(job_created(&k)));
+    confirm(&mut v, 0, &k);
     assert!(drain(&mut v).is_empty());
+    // A member learns its seat from the draw, not from the creation.
+    let mut member = Verifier::new(VerifierConfig::new(domain(), 1), k.v1.clone());
+    member.handle_input(t(0), chain(job_created(&k)));
+    assert!(drain(&mut member).is_empty(), "no seat before the draw");
+    member.handle_input(t(0), chain(committee_drawn(&k)));
+    assert_eq!(
+        drain(&mut member),
+        vec![Output::Subscribe {
+            topic: gpuchain_protocol::topics::job_topic(job())
+        }]
+    );
+    // A draw that seats others leaves it out.
+    let mut passed_over = Verifier::new(VerifierConfig::new(domain(), 1), k.v1.clone());
+    passed_over.handle_input(t(0), chain(job_created(&k)));
+    passed_over.handle_input(
+        t(0),
+        chain(drawn_with(&k, vec![k.v2.address(), k.outsider.address()])),
+    );
+    assert!(drain(&mut passed_over).is_empty());
+    assert_eq!(passed_over.head(job()), None);
     assert_eq!(
         v.handle_message(t(1), &announce(&k.a, 1, 0, 50, 0xa)),
         Verdict::Accept,
@@ -294,7 +314,8 @@ fn a_vote_the_escrow_acted_on_is_not_published_again() {
     for settle in [
         accepted(1, 50, ckpt(0xa, 50), &k.a),
         rejected(1, 50, ckpt(0xa, 50), &k.a),
-        epoch_ended(1, EpochEndReason::Released),
+        // (Released and Replaced keep an accept going: the decision window, tested below.)
+        epoch_ended(1, EpochEndReason::Resigned),
         assigned(2, &k.b, 0, Hash::ZERO),
     ] {
         let mut v = voted_on_50(&k);
@@ -492,4 +513,98 @@ fn spot_check_steps_are_seeded_distinct_and_in_range() {
         50,
         "capped by the interval"
     );
+}
+
+#[test]
+fn an_accept_of_an_epoch_the_client_ended_is_published_until_it_can_no_longer_land() {
+    let k = keys();
+    let after = gpuchain_protocol::provider::REGOSSIP_AFTER;
+    let regossiped = |v: &mut Verifier, at: Time| {
+        v.handle_timeout(at);
+        votes(&drain(v)).len()
+    };
+    // Released, then another provider assigned: the accept stays out there for the
+    // provider's late claim.
+    let mut v = voted_on_50(&k);
+    v.handle_input(t(10), epoch_ended(1, EpochEndReason::Released));
+    v.handle_input(t(10), assigned(2, &k.b, 0, Hash::ZERO));
+    drain(&mut v);
+    assert_eq!(regossiped(&mut v, t(3).saturating_add(after)), 1);
+    // The claim landed (the head moved): nothing more to publish.
+    v.handle_input(t(20_000), accepted(1, 50, ckpt(0xa, 50), &k.a));
+    assert_eq!(regossiped(&mut v, t(60_000)), 0);
+    assert_eq!(v.poll_timeout(), None);
+
+    // Past the decision window it stops on its own.
+    let mut v = voted_on_50(&k);
+    v.handle_input(t(10), epoch_ended(1, EpochEndReason::Replaced));
+    let kept = t(10).saturating_add(gpuchain_protocol::provider::CLAIM_KEPT_FOR);
+    v.handle_timeout(kept);
+    assert_eq!(votes(&drain(&mut v)).len(), 0);
+    assert_eq!(v.poll_timeout(), None);
+
+    // An epoch the provider resigned (or a reject ended) cannot be paid late: dropped.
+    let mut v = voted_on_50(&k);
+    v.handle_input(t(10), epoch_ended(1, EpochEndReason::Resigned));
+    assert_eq!(regossiped(&mut v, t(3).saturating_add(after)), 0);
+}
+
+/// A completed job's fees wait for its settle. If nobody (the client) has settled it
+/// `SETTLE_FALLBACK_AFTER` later, each member settles it itself, once; a settle that lands
+/// first cancels that.
+#[test]
+fn a_member_settles_a_completed_job_the_client_left_unsettled() {
+    use gpuchain_protocol::chain::{ChainEvent, ChainTx};
+    use gpuchain_protocol::verifier::SETTLE_FALLBACK_AFTER;
+    let k = keys();
+    let completed = chain(ChainEvent::JobCompleted {
+        job_id: job(),
+        refund: gpuchain_protocol::U256::ZERO,
+    });
+    let settles = |outs: &[Output]| {
+        outs.iter()
+            .filter(|o| matches!(o, Output::SubmitTx { tx: ChainTx::Settle { job_id }, .. } if *job_id == job()))
+            .count()
+    };
+
+    let mut v = verifier(&k.v1, &k);
+    v.handle_input(t(10), completed.clone());
+    drain(&mut v);
+    let due = t(10).saturating_add(SETTLE_FALLBACK_AFTER);
+    assert_eq!(v.poll_timeout(), Some(due));
+    v.handle_timeout(t(10).saturating_add(SETTLE_FALLBACK_AFTER - Duration::from_millis(1)));
+    assert_eq!(settles(&drain(&mut v)), 0, "the client's turn first");
+    v.handle_timeout(due);
+    assert_eq!(settles(&drain(&mut v)), 1, "the member settles it");
+    v.handle_timeout(due.saturating_add(SETTLE_FALLBACK_AFTER));
+    assert_eq!(settles(&drain(&mut v)), 0, "once");
+    assert_eq!(v.poll_timeout(), None);
+
+    // The client settled in time: nothing to do.
+    let mut v = verifier(&k.v1, &k);
+    v.handle_input(t(10), completed);
+    v.handle_input(
+        t(11),
+        chain(ChainEvent::JobSettled {
+            job_id: job(),
+            client: k.client.address(),
+            refund: gpuchain_protocol::U256::ZERO,
+        }),
+    );
+    drain(&mut v);
+    assert_eq!(v.poll_timeout(), None);
+    v.handle_timeout(t(10).saturating_add(SETTLE_FALLBACK_AFTER));
+    assert_eq!(settles(&drain(&mut v)), 0);
+
+    // A verifier off the committee leaves it to the members.
+    let mut outsider = verifier(&k.outsider, &k);
+    outsider.handle_input(
+        t(10),
+        chain(ChainEvent::JobCompleted {
+            job_id: job(),
+            refund: gpuchain_protocol::U256::ZERO,
+        }),
+    );
+    drain(&mut outsider);
+    assert_eq!(outsider.poll_timeout(), None);
 }

@@ -164,7 +164,7 @@ fn message() -> impl Strategy<Value = Message> {
                     next_epoch,
                     spec,
                     max_price_per_step,
-                    verifiers,
+                    committee,
                     quorum,
                     signature,
                 )| {
@@ -174,7 +174,7 @@ fn message() -> impl Strategy<Value = Message> {
                         next_epoch,
                         spec,
                         max_price_per_step,
-                        verifiers,
+                        committee,
                         quorum,
                         signature,
                     })

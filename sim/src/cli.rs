@@ -18,8 +18,8 @@ pub struct SimCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum SimAction {
-    /// Run a preset (nov4, break-it, faults, faults-protocol, churn-10k) or a config file
-    /// (.toml).
+    /// Run a preset (nov4, break-it, faults, faults-protocol, hostile, churn-10k) or a config
+    /// file (.toml).
     Run(RunArgs),
     /// List the presets.
     Presets,

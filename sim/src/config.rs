@@ -27,6 +27,8 @@ pub struct SimConfig {
     pub chain: ChainConfig,
     pub churn: ChurnConfig,
     pub cheat: CheatConfig,
+    /// Byzantine verifiers and hostile clients (none by default).
+    pub hostile: HostileConfig,
     /// Hardware classes providers are drawn from (by weight), unless a provider is named.
     pub hardware: Vec<HardwareClass>,
     /// Providers given by hand (presets): their name, price, hardware and behaviour. The first
@@ -56,8 +58,14 @@ pub struct JobConfig {
     /// Seconds from creation.
     pub deadline_s: u64,
     pub grace_s: u64,
-    pub verifiers_per_job: u32,
+    /// Seats the escrow draws from the verifier pool for each job (2..=32), as the client's
+    /// `createJob` asks.
+    pub committee_size: u8,
+    /// Signatures a decision needs: a strict majority of `committee_size`.
     pub quorum: u8,
+    /// Paid out of the budget to each committee member whose signature is in a decision,
+    /// token units (the budget must cover it for every seat and checkpoint).
+    pub verifier_fee: u128,
     /// Jobs each client runs, one after the other; 0 = keep starting jobs until the run ends.
     pub jobs_per_client: u32,
     /// Latest creation time of a job, seconds (continuous runs).
@@ -102,6 +110,9 @@ pub struct ProtocolConfig {
     pub offer_fanout: u32,
     /// Provider stake, token units (also the escrow's minStake).
     pub stake: u128,
+    /// What each verifier stakes into the pool at the start, token units (at least
+    /// `chain.min_verifier_stake`, or it is not pooled and no job can draw it).
+    pub verifier_stake: u128,
     /// How the protocol machines sign: `secp256k1`, what the node does,
     /// or `simulated`, signatures that name their signer and cost nothing, for runs where
     /// secp256k1 would be nearly all the work (`gpuchain_protocol::signing::Scheme`).
@@ -131,6 +142,12 @@ pub struct NetworkConfig {
 pub struct ChainConfig {
     pub block_ms: u64,
     pub unbond_delay_s: u64,
+    /// The escrow's `minVerifierStake`: bonded verifier stake that puts an account in the
+    /// pool committees are drawn from.
+    pub min_verifier_stake: u128,
+    /// The escrow's `decisionWindow`, seconds: how long after a client ended an epoch a
+    /// quorum's accept of its next checkpoint still lands (the provider's late claim).
+    pub decision_window_s: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -153,6 +170,38 @@ pub struct CheatConfig {
     pub rate: f64,
     /// Fraction of steps a lazy cheater skips.
     pub lazy_skip: f64,
+}
+
+/// Parties that attack the honest ones. Byzantine verifiers vote reject on every checkpoint,
+/// honest or not (the node's `--fault reject-all`: the quality test's result turned into a
+/// failure); they are the hostile clients' sybils, registered in the pool like any verifier,
+/// the one way left to a client to get honest work rejected. Hostile clients run
+/// `gpuchain_protocol::faults::ClientFault::WithholdPay`: they never submit an accept and
+/// release the provider instead, so only the provider's own late claim gets it paid.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostileConfig {
+    /// Fraction of the verifiers that are byzantine (rounded to the nearest count; the last
+    /// ones by index).
+    pub byzantine_verifiers: f64,
+    /// Fraction of the clients that withhold pay (rounded; the last ones by index).
+    pub withhold_pay_clients: f64,
+}
+
+impl Default for HostileConfig {
+    fn default() -> Self {
+        HostileConfig {
+            byzantine_verifiers: 0.0,
+            withhold_pay_clients: 0.0,
+        }
+    }
+}
+
+impl HostileConfig {
+    /// How many of `n` parties `fraction` makes hostile.
+    pub fn count(fraction: f64, n: u32) -> u32 {
+        ((fraction * f64::from(n)).round() as u32).min(n)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -207,6 +256,7 @@ impl Default for SimConfig {
             chain: ChainConfig::default(),
             churn: ChurnConfig::default(),
             cheat: CheatConfig::default(),
+            hostile: HostileConfig::default(),
             hardware: default_hardware(),
             named_providers: Vec::new(),
             price_min: 1_000,
@@ -228,8 +278,9 @@ impl Default for JobConfig {
             max_price_per_step: 10_000,
             deadline_s: 3600,
             grace_s: 600,
-            verifiers_per_job: 2,
+            committee_size: 2,
             quorum: 2,
+            verifier_fee: 1_000,
             jobs_per_client: 1,
             last_start_s: 0.0,
             checkpoint_bytes: 4 << 20,
@@ -260,6 +311,7 @@ impl Default for ProtocolConfig {
             bid_ttl_s: 60,
             offer_fanout: 32,
             stake: 10 * USDC,
+            verifier_stake: 5 * USDC,
             signatures: gpuchain_protocol::signing::Scheme::Secp256k1,
         }
     }
@@ -285,6 +337,8 @@ impl Default for ChainConfig {
         ChainConfig {
             block_ms: 1000,
             unbond_delay_s: 86_400,
+            min_verifier_stake: 5 * USDC,
+            decision_window_s: 120,
         }
     }
 }
@@ -403,6 +457,13 @@ impl SimConfig {
                      to, in every run; delete the line",
                 );
             }
+            if message.contains("unknown field `verifiers_per_job`") {
+                return bad(
+                    "job.verifiers_per_job",
+                    "no longer a setting: the escrow draws each job's committee from the \
+                     verifier pool; set job.committee_size (and job.quorum, a strict majority)",
+                );
+            }
             // toml names the key in its message; keep its words, they point at the line.
             bad("(toml)", message.trim().to_string())
         })?;
@@ -446,27 +507,45 @@ impl SimConfig {
         if j.max_price_per_step == 0 {
             return Err(bad("job.max_price_per_step", "must be positive"));
         }
-        if j.total_steps > 1 << 40 || j.max_price_per_step > 1 << 80 || j.budget > 1 << 100 {
+        // The escrow stores budgets in 96 bits (`AmountTooLarge` above).
+        if j.total_steps > 1 << 40 || j.max_price_per_step > 1 << 80 || j.budget >= 1 << 96 {
             return Err(bad("job.budget", "amounts or steps too large to simulate"));
         }
-        let needed = j.max_price_per_step * u128::from(j.total_steps);
-        if j.budget < needed {
+        if j.verifier_fee > 1 << 80 {
+            return Err(bad("job.verifier_fee", "too large to simulate"));
+        }
+        let size = usize::from(j.committee_size);
+        if !(gpuchain_protocol::escrow::MIN_VERIFIERS..=crate::escrow::MAX_VERIFIERS)
+            .contains(&size)
+        {
+            return Err(bad("job.committee_size", "must be in 2..=32"));
+        }
+        if u32::from(j.committee_size) > self.verifiers {
+            return Err(bad(
+                "job.committee_size",
+                "more seats than there are verifiers in the pool",
+            ));
+        }
+        if !gpuchain_protocol::escrow::is_strict_majority(j.quorum, size) {
+            return Err(bad(
+                "job.quorum",
+                "must be a strict majority of job.committee_size (and at most it)",
+            ));
+        }
+        let needed = gpuchain_protocol::escrow::cost_bound(
+            gpuchain_protocol::U256::from(j.max_price_per_step),
+            j.total_steps,
+            j.checkpoint_interval,
+            gpuchain_protocol::U256::from(j.verifier_fee),
+            j.committee_size,
+        );
+        if gpuchain_protocol::U256::from(j.budget) < needed {
             return Err(bad(
                 "job.budget",
-                format!("must cover total_steps × max_price_per_step = {needed}"),
+                format!(
+                    "must cover total_steps × max_price_per_step + verifier_fee × committee_size × checkpoints = {needed}"
+                ),
             ));
-        }
-        if j.verifiers_per_job == 0 || j.verifiers_per_job as usize > crate::escrow::MAX_VERIFIERS {
-            return Err(bad("job.verifiers_per_job", "must be in 1..=32"));
-        }
-        if j.verifiers_per_job > self.verifiers {
-            return Err(bad(
-                "job.verifiers_per_job",
-                "more than there are verifiers",
-            ));
-        }
-        if j.quorum == 0 || u32::from(j.quorum) > j.verifiers_per_job {
-            return Err(bad("job.quorum", "must be in 1..=job.verifiers_per_job"));
         }
         if j.deadline_s == 0 || j.deadline_s as f64 > MAX_SECONDS || j.grace_s as f64 > MAX_SECONDS
         {
@@ -530,6 +609,25 @@ impl SimConfig {
                 "must be positive (it is the escrow's minStake)",
             ));
         }
+        let c = &self.chain;
+        if c.min_verifier_stake == 0 || c.min_verifier_stake > 1 << 100 {
+            return Err(bad(
+                "chain.min_verifier_stake",
+                "must be positive (the escrow's minVerifierStake)",
+            ));
+        }
+        if p.verifier_stake < c.min_verifier_stake || p.verifier_stake > 1 << 100 {
+            return Err(bad(
+                "protocol.verifier_stake",
+                "must be at least chain.min_verifier_stake, or no verifier is pooled",
+            ));
+        }
+        if c.decision_window_s as f64 > MAX_SECONDS {
+            return Err(bad("chain.decision_window_s", "under 100 years"));
+        }
+        let h = &self.hostile;
+        check_prob("hostile.byzantine_verifiers", h.byzantine_verifiers)?;
+        check_prob("hostile.withhold_pay_clients", h.withhold_pay_clients)?;
         let n = &self.network;
         check_nonneg("network.latency_median_ms", n.latency_median_ms)?;
         check_nonneg("network.latency_sigma", n.latency_sigma)?;
@@ -629,9 +727,28 @@ mod tests {
     fn errors_name_the_field() {
         let e = SimConfig::from_toml("clients = 0").expect_err("zero clients");
         assert_eq!(e.field, "clients");
-        let e =
-            SimConfig::from_toml("[job]\nquorum = 3\nverifiers_per_job = 2").expect_err("quorum");
+        let e = SimConfig::from_toml("[job]\nquorum = 3\ncommittee_size = 2").expect_err("quorum");
         assert_eq!(e.field, "job.quorum");
+        // A quorum that is no strict majority lets two quorums disagree: refused.
+        let e =
+            SimConfig::from_toml("[job]\nquorum = 2\ncommittee_size = 4").expect_err("majority");
+        assert_eq!(e.field, "job.quorum");
+        let e = SimConfig::from_toml("[job]\nquorum = 1\ncommittee_size = 1").expect_err("size");
+        assert_eq!(e.field, "job.committee_size");
+        let e = SimConfig::from_toml("verifiers = 2\n[job]\nquorum = 2\ncommittee_size = 3")
+            .expect_err("pool too small");
+        assert_eq!(e.field, "job.committee_size");
+        let e = SimConfig::from_toml("[job]\nverifiers_per_job = 2").expect_err("renamed");
+        assert_eq!(e.field, "job.verifiers_per_job");
+        assert!(e.reason.contains("committee_size"), "{e}");
+        // The budget covers every seat's fee on every checkpoint, not only the steps.
+        let e = SimConfig::from_toml("[job]\nbudget = 4000000\nverifier_fee = 1000")
+            .expect_err("fees uncovered");
+        assert_eq!(e.field, "job.budget");
+        let e = SimConfig::from_toml("[protocol]\nverifier_stake = 1").expect_err("unpooled");
+        assert_eq!(e.field, "protocol.verifier_stake");
+        let e = SimConfig::from_toml("[hostile]\nbyzantine_verifiers = 2.0").expect_err("fraction");
+        assert_eq!(e.field, "hostile.byzantine_verifiers");
         let e = SimConfig::from_toml("[network]\nloss = 1.5").expect_err("loss");
         assert_eq!(e.field, "network.loss");
         let e = SimConfig::from_toml("[job]\nbudget = 10").expect_err("budget");

@@ -226,6 +226,9 @@ pub struct Driver {
     follows: Vec<BTreeSet<JobId>>,
     /// The event that ended each finished job, for a provider that looks the job up later.
     ended: FastMap<JobId, ChainEvent>,
+    /// A `withdraw` of each node's is on its way to the chain: its chain client sends no
+    /// second one until it is mined (a second would find nothing left to withdraw).
+    withdrawing: Vec<bool>,
     /// Draws which subscribers a topic-wide message reaches.
     gossip_rng: SimRng,
     /// What the report's `signatures` says; `signed` and `delivered` by kind are counted in
@@ -410,6 +413,7 @@ impl Driver {
             followers: BTreeMap::new(),
             follows: vec![BTreeSet::new(); n],
             ended: FastMap::default(),
+            withdrawing: vec![false; n],
             gossip_rng: stream(w.seed, Purpose::Gossip, 0),
             crypto: CryptoCounts {
                 scheme: w.cfg.protocol.signatures,
@@ -486,7 +490,13 @@ impl Driver {
 
     fn fresh(&mut self, w: &World, node: NodeId, key: &SigningKey) -> Roles {
         let configs = self.configs(w, node);
-        Roles::new(configs, key)
+        let mut roles = Roles::new(configs, key);
+        // A hostile client runs the honest machine behind the protocol crate's own fault
+        // filter: where it would submit an accept, it releases the provider instead.
+        if w.is_hostile_client(node) {
+            roles.set_client_fault(Some(gp::faults::ClientFault::WithholdPay));
+        }
+        roles
     }
 
     pub fn address(&self, node: NodeId) -> Address {
@@ -702,6 +712,9 @@ impl World {
                     return;
                 };
                 let hash = d.id_of(hash);
+                if !ok {
+                    self.unserved.insert(hash);
+                }
                 self.timer(node, delay, Timer::Blob { hash, ok });
             }
             Output::StartTraining {
@@ -945,8 +958,9 @@ impl World {
         let Some(created) = self.escrow.created_event(job_u256(job)) else {
             return;
         };
+        let drawn = self.escrow.drawn_event(job_u256(job));
         let block_time = self.chain_time_s();
-        for event in std::iter::once(created).chain(ended.clone()) {
+        for event in std::iter::once(created).chain(drawn).chain(ended.clone()) {
             self.feed(node, |m, now| {
                 m.handle_input(now, Input::Chain { block_time, event })
             });
@@ -1040,7 +1054,7 @@ impl World {
                 let live = self
                     .escrow
                     .job(job_u256(job))
-                    .is_some_and(|j| j.status.is_live());
+                    .is_some_and(|j| j.status.can_expire());
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
@@ -1091,7 +1105,12 @@ impl World {
                 epoch,
                 step,
             } => {
-                let report = self.quality(job, epoch, step, hash, baseline);
+                let mut report = self.quality(job, epoch, step, hash, baseline);
+                // A byzantine verifier's runner says fail whatever the test found (the
+                // node's `--fault reject-all`): its machine votes reject on everything.
+                if self.is_byzantine(node) {
+                    report.pass = false;
+                }
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
@@ -1254,22 +1273,9 @@ impl World {
         {
             return;
         }
-        let want = cfg.verifiers_per_job as usize;
-        let mut chosen: Vec<NodeId> = Vec::with_capacity(want);
-        while chosen.len() < want {
-            let v = self.clients[c as usize]
-                .rng
-                .below(u64::from(self.cfg.verifiers)) as usize;
-            let node = self.verifier_node(v);
-            if !chosen.contains(&node) {
-                chosen.push(node);
-            }
-        }
-        chosen.sort_unstable();
         let cs = &mut self.clients[c as usize];
         cs.jobs_started += 1;
         cs.current = Some(0);
-        cs.pending_verifiers = chosen.clone();
         let now_s = self.chain_time_s();
         let Some(d) = self.driver.as_mut() else {
             return;
@@ -1289,8 +1295,9 @@ impl World {
             token: escrow::TOKEN,
             budget: u256(cfg.budget),
             max_price_per_step: u256(cfg.max_price_per_step),
-            verifiers: chosen.iter().map(|v| d.address(*v)).collect(),
+            committee_size: cfg.committee_size,
             quorum: cfg.quorum,
+            verifier_fee: u256(cfg.verifier_fee),
             deadline: now_s + cfg.deadline_s,
             grace: cfg.grace_s,
         };
@@ -1319,16 +1326,29 @@ impl World {
             self.drive_look_up(to, job_id);
         }
         let block_time = self.chain_time_s();
+        // A verifier's chain client reads a job whose committee seats it (`JobCreated`, as
+        // `getJob` gives it) before handing the machine the draw: the machine learns its seat
+        // from `CommitteeDrawn`, and the job's terms from the creation.
+        if let ChainEvent::CommitteeDrawn { committee, .. } = event
+            && self.verifier_index(me).is_some()
+            && committee.contains(&my_address)
+            && let Some(created) = self.escrow.created_event(event.job_id())
+        {
+            self.feed(to, |m, now| {
+                m.handle_input(
+                    now,
+                    Input::Chain {
+                        block_time,
+                        event: created,
+                    },
+                )
+            });
+        }
         let input = Input::Chain {
             block_time,
             event: event.clone(),
         };
         self.feed(to, |m, now| m.handle_input(now, input));
-        let withdraw = || {
-            Call::Tx(ChainTx::Withdraw {
-                token: escrow::TOKEN,
-            })
-        };
         match event {
             ChainEvent::JobCreated {
                 client,
@@ -1357,9 +1377,18 @@ impl World {
                     // A completed job's refund is credited by the `settle` its client machine
                     // sends; an expired one's at once.
                     if matches!(event, ChainEvent::JobExpired { .. }) {
-                        self.submit(me, withdraw());
+                        self.request_withdraw(me);
                     }
                     self.timer(me, 1_000, Timer::CreateJob);
+                }
+                if matches!(event, ChainEvent::JobExpired { .. })
+                    && self.verifier_index(me).is_some()
+                    && !self
+                        .escrow
+                        .withdrawable(my_address, escrow::TOKEN)
+                        .is_zero()
+                {
+                    self.request_withdraw(me);
                 }
                 if let Some(run) = self
                     .driver
@@ -1385,11 +1414,22 @@ impl World {
                         .withdrawable(my_address, escrow::TOKEN)
                         .is_zero()
                 {
-                    self.submit(me, withdraw());
+                    self.request_withdraw(me);
                 }
             }
             ChainEvent::JobSettled { client, .. } if *client == my_address => {
-                self.submit(me, withdraw());
+                self.request_withdraw(me);
+            }
+            // A committee member's fees are credited when the job is settled (or expired,
+            // above).
+            ChainEvent::JobSettled { .. }
+                if self.verifier_index(me).is_some()
+                    && !self
+                        .escrow
+                        .withdrawable(my_address, escrow::TOKEN)
+                        .is_zero() =>
+            {
+                self.request_withdraw(me);
             }
             ChainEvent::CheckpointRejected { provider, .. } if *provider == my_address => {
                 let have = self.escrow.stake_of(my_address).bonded;
@@ -1404,6 +1444,30 @@ impl World {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The node's chain client withdraws its credits, unless a withdraw of its is pending.
+    fn request_withdraw(&mut self, node: NodeId) {
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        if std::mem::replace(&mut d.withdrawing[node as usize], true) {
+            return;
+        }
+        self.submit(
+            node,
+            Call::Tx(ChainTx::Withdraw {
+                token: escrow::TOKEN,
+            }),
+        );
+    }
+
+    /// A withdraw from `node` was mined (paid or reverted): the next credit is withdrawn
+    /// again.
+    pub fn drive_withdraw_mined(&mut self, node: NodeId) {
+        if let Some(d) = self.driver.as_mut() {
+            d.withdrawing[node as usize] = false;
         }
     }
 

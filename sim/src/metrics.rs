@@ -32,6 +32,14 @@ pub struct Metrics {
     pub paid: u128,
     pub refunded: u128,
     pub slashed: u128,
+    /// Verifier fees taken from budgets by decisions (`fees` of each accept and reject).
+    pub fees: u128,
+    /// Verifier fees credited by `settle` and `expire` (`FeesCredited`).
+    pub fees_credited: u128,
+    /// Fees credited per verifier, by name (small runs only, like the timeline).
+    pub fees_by_verifier: BTreeMap<String, u128>,
+    /// Committees drawn, by how many of their members are byzantine.
+    pub committees_by_byzantine: BTreeMap<usize, u64>,
     pub jobs_created: u64,
     pub jobs_completed: u64,
     pub jobs_expired: u64,

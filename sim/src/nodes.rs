@@ -11,14 +11,13 @@ use crate::rng::SimRng;
 use crate::training;
 use crate::world::{Event, NodeId, Timer, Truth, World, ms};
 
-/// A client process: its own draws (verifier choice, start jitter) and the job it runs.
+/// A client process: its own draws (start jitter) and the job it runs. Its committees are
+/// the escrow's draw, not its choice.
 pub struct ClientState {
     pub rng: SimRng,
     pub jobs_started: u32,
     /// The job running: `Some(0)` from `createJob` until the chain names the job.
     pub current: Option<JobId>,
-    /// Verifiers chosen for the job being created (read back when the chain creates it).
-    pub pending_verifiers: Vec<NodeId>,
 }
 
 impl ClientState {
@@ -27,7 +26,6 @@ impl ClientState {
             rng,
             jobs_started: 0,
             current: None,
-            pending_verifiers: Vec::new(),
         }
     }
 }

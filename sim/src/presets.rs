@@ -3,12 +3,19 @@
 
 use crate::cheat::CheatKind;
 use crate::config::{
-    CheatConfig, ChurnConfig, HardwareClass, JobConfig, NamedProvider, NetworkConfig,
-    ProtocolConfig, ScriptAction, ScriptedFault, SimConfig, USDC,
+    CheatConfig, ChurnConfig, HardwareClass, HostileConfig, JobConfig, NamedProvider,
+    NetworkConfig, ProtocolConfig, ScriptAction, ScriptedFault, SimConfig, USDC,
 };
 use gpuchain_protocol::signing::Scheme;
 
-pub const NAMES: [&str; 5] = ["nov4", "break-it", "faults", "faults-protocol", "churn-10k"];
+pub const NAMES: [&str; 6] = [
+    "nov4",
+    "break-it",
+    "faults",
+    "faults-protocol",
+    "hostile",
+    "churn-10k",
+];
 
 pub fn by_name(name: &str) -> Option<SimConfig> {
     match name {
@@ -16,6 +23,7 @@ pub fn by_name(name: &str) -> Option<SimConfig> {
         "break-it" => Some(break_it()),
         "faults" => Some(faults()),
         "faults-protocol" => Some(faults_protocol()),
+        "hostile" => Some(hostile()),
         "churn-10k" => Some(churn_10k()),
         _ => None,
     }
@@ -69,7 +77,7 @@ pub fn nov4() -> SimConfig {
             named("B", 3_000, "rtx3060", None),
         ],
         script: vec![ScriptedFault {
-            at_s: 19.0,
+            at_s: 20.0,
             provider: "A".into(),
             action: ScriptAction::Kill,
         }],
@@ -92,7 +100,9 @@ pub fn break_it() -> SimConfig {
             total_steps: 200,
             checkpoint_interval: 25,
             budget: USDC,
-            max_price_per_step: 5_000,
+            // The budget covers every step at the maximum price and a fee for each of the two
+            // seats on each of the 8 checkpoints (0.016 USDC): 200 × 0.0049 + 0.016 ≤ 1.00.
+            max_price_per_step: 4_900,
             loss_tau_steps: 40.0,
             ..JobConfig::default()
         },
@@ -109,7 +119,7 @@ pub fn break_it() -> SimConfig {
             named("C", 2_500, "browser", Some(CheatKind::Junk)),
         ],
         script: vec![ScriptedFault {
-            at_s: 8.5,
+            at_s: 9.5,
             provider: "A".into(),
             action: ScriptAction::Kill,
         }],
@@ -136,7 +146,7 @@ pub fn faults() -> SimConfig {
             max_price_per_step: 10_000,
             deadline_s: 900,
             grace_s: 120,
-            verifiers_per_job: 3,
+            committee_size: 3,
             quorum: 2,
             jobs_per_client: 0,
             last_start_s: 3_000.0,
@@ -210,6 +220,76 @@ pub fn faults_protocol() -> SimConfig {
     }
 }
 
+/// A market with attackers in it: 30 % of the clients withhold pay (they release the provider
+/// where they should submit an accept, `ClientFault::WithholdPay`) and 20 % of the pooled
+/// verifiers are their sybils, voting reject on every checkpoint (`--fault reject-all`); 20 %
+/// of the providers cheat. 10 clients run two jobs each, one after the other, on 12 providers
+/// and a pool of 50 verifiers (the last 10 byzantine: registered back to back, so adjacent in
+/// the pool); every job's committee is 9 seats with a quorum of 5, drawn by the escrow from
+/// the chain's block hash.
+///
+/// Why 9: a reject slashes only when the whole committee signed it, so an honest provider
+/// loses stake only on a job whose every seat is byzantine. The committee is drawn once per
+/// job, and the contract's draw moves a seat that hits a taken entry to the next pool entry,
+/// so adjacent sybils are drawn together more often than a uniform sample would: exactly
+/// (README, "Why `hostile`'s committees have 9 seats") 2.2 × 10⁻⁷ per job for 9 seats, about
+/// 0.001 expected over the 6,000 jobs of the CI's 300 seeds; 7 seats would be 9.1 × 10⁻⁶
+/// (0.05 expected), 5 seats 2.8 × 10⁻⁴ (1.7 expected: seeds 269 and 292 do lose honest
+/// stake). A byzantine quorum (5 or more of the 9, ≈ 1.8 % of jobs) still rejects honest
+/// work, unslashed: those jobs stall and expire. Simulated signatures; no churn, loss or
+/// partitions, so what goes wrong is the attackers'.
+pub fn hostile() -> SimConfig {
+    SimConfig {
+        name: "hostile".into(),
+        duration_s: 1_500.0,
+        clients: 10,
+        providers: 12,
+        verifiers: 50,
+        job: JobConfig {
+            total_steps: 400,
+            checkpoint_interval: 50,
+            budget: 5 * USDC,
+            max_price_per_step: 10_000,
+            deadline_s: 600,
+            grace_s: 60,
+            committee_size: 9,
+            quorum: 5,
+            jobs_per_client: 2,
+            ..JobConfig::default()
+        },
+        protocol: ProtocolConfig {
+            heartbeat_ms: 500,
+            heartbeat_timeout_ms: 1_250,
+            signatures: Scheme::Simulated,
+            ..ProtocolConfig::default()
+        },
+        hardware: vec![
+            HardwareClass {
+                name: "rtx3060".into(),
+                weight: 2.0,
+                steps_per_s: 10.0,
+                memory_bytes: 6 << 30,
+            },
+            HardwareClass {
+                name: "rtx4090".into(),
+                weight: 1.0,
+                steps_per_s: 30.0,
+                memory_bytes: 24 << 30,
+            },
+        ],
+        cheat: CheatConfig {
+            fraction: 0.2,
+            rate: 0.5,
+            ..CheatConfig::default()
+        },
+        hostile: HostileConfig {
+            byzantine_verifiers: 0.2,
+            withhold_pay_clients: 0.3,
+        },
+        ..SimConfig::default()
+    }
+}
+
 /// 10,000 nodes for 24 hours: 600 clients running job after job, 8,900 providers of four
 /// hardware classes with 6 h mean time to failure, 5 % cheaters, 500 verifiers. Heartbeats
 /// at 1 Hz (the protocol default of 10 Hz would be 10× the events for the same story). The
@@ -224,11 +304,13 @@ pub fn churn_10k() -> SimConfig {
         job: JobConfig {
             total_steps: 20_000,
             checkpoint_interval: 500,
-            budget: 200 * USDC,
+            // Every step at the maximum price (200 USDC) and a fee for each seat on each of
+            // the 40 checkpoints: the escrow wants both covered.
+            budget: 201 * USDC,
             max_price_per_step: 10_000,
             deadline_s: 6 * 3_600,
             grace_s: 3_600,
-            verifiers_per_job: 3,
+            committee_size: 3,
             quorum: 2,
             jobs_per_client: 0,
             last_start_s: 80_000.0,

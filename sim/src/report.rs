@@ -98,9 +98,23 @@ pub struct Report {
     pub paid: u128,
     pub refunded: u128,
     pub slashed: u128,
+    /// Verifier fees taken from budgets by decisions, and credited to the committees by
+    /// settle or expiry (the difference is what running or unsettled jobs still hold).
+    pub fees: u128,
+    pub fees_credited: u128,
     pub cost_per_accepted_step: f64,
+    /// The checker's observations: honest stake lost, junk paid, honest work rejected
+    /// without a slash, late accepts.
+    pub observed: crate::checker::Observed,
+    /// Byzantine verifiers and clients that withhold pay, as the config made them.
+    pub byzantine_verifiers: u32,
+    pub hostile_clients: u32,
+    /// Committees drawn, by how many byzantine members they hold (key: that count).
+    pub committees_by_byzantine: BTreeMap<String, u64>,
     pub cheats: BTreeMap<String, CheatLine>,
     pub paid_by_provider: BTreeMap<String, u128>,
+    /// Fees credited per verifier (small runs, as the timeline).
+    pub fees_by_verifier: BTreeMap<String, u128>,
     pub tx_ok: BTreeMap<String, u64>,
     pub tx_failed: BTreeMap<String, u64>,
     pub timeline: Vec<String>,
@@ -178,6 +192,22 @@ impl Report {
             paid: m.paid,
             refunded: m.refunded,
             slashed: m.slashed,
+            fees: m.fees,
+            fees_credited: m.fees_credited,
+            observed: w.checker.observed.clone(),
+            byzantine_verifiers: crate::config::HostileConfig::count(
+                w.cfg.hostile.byzantine_verifiers,
+                w.cfg.verifiers,
+            ),
+            hostile_clients: crate::config::HostileConfig::count(
+                w.cfg.hostile.withhold_pay_clients,
+                w.cfg.clients,
+            ),
+            committees_by_byzantine: m
+                .committees_by_byzantine
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
             cost_per_accepted_step: if m.steps_accepted == 0 {
                 0.0
             } else {
@@ -185,6 +215,7 @@ impl Report {
             },
             cheats,
             paid_by_provider: m.paid_by_name.clone(),
+            fees_by_verifier: m.fees_by_verifier.clone(),
             tx_ok: m
                 .tx_ok
                 .iter()
@@ -273,14 +304,44 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "money: paid {}, refunded {}, slashed {}; cost per accepted step {:.1} units",
+            "money: paid {}, verifier fees {} ({} credited), refunded {}, slashed {} (burned); cost per accepted step {:.1} units",
             usdc(self.paid),
+            usdc(self.fees),
+            usdc(self.fees_credited),
             usdc(self.refunded),
             usdc(self.slashed),
             self.cost_per_accepted_step
         );
         for (name, paid) in &self.paid_by_provider {
             let _ = writeln!(s, "  Provider {name}: {}", usdc(*paid));
+        }
+        for (name, fees) in &self.fees_by_verifier {
+            let _ = writeln!(s, "  {name} fees: {}", usdc(*fees));
+        }
+        let o = &self.observed;
+        let _ = writeln!(
+            s,
+            "observed: honest stake lost {} ({}), junk paid {}; honest checkpoints rejected unslashed {}, \
+             slashed unserved {}; late accepts {}",
+            o.honest_stake_lost,
+            usdc(o.honest_stake_lost_units),
+            o.junk_paid,
+            o.honest_rejected_unslashed,
+            o.honest_unserved_slashed,
+            o.late_accepts
+        );
+        if self.byzantine_verifiers > 0 || self.hostile_clients > 0 {
+            let committees = self
+                .committees_by_byzantine
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(
+                s,
+                "hostile: {} byzantine verifiers, {} clients withholding pay; committees by byzantine members: {committees}",
+                self.byzantine_verifiers, self.hostile_clients
+            );
         }
         if !self.cheats.is_empty() {
             let _ = writeln!(

@@ -167,6 +167,9 @@ pub struct World {
     /// restarted node's machines.
     pub driver: Option<crate::drive::Driver>,
     pub block_scheduled: bool,
+    /// The latest time a chain event is due at each node: later events are not delivered
+    /// before it (chain order).
+    chain_fifo: Vec<Millis>,
     pub clients: Vec<ClientState>,
     pub providers: Vec<ProviderState>,
     pub books: Vec<JobBook>,
@@ -174,6 +177,9 @@ pub struct World {
     /// the recent jobs' entries of this vector stay in cache and their books do not.
     pub job_clients: Vec<NodeId>,
     pub truths: FastMap<Hash, Truth>,
+    /// Checkpoints some fetch could not get (their provider was down or cut off): what the
+    /// honest-stake observer tells apart from a served checkpoint voted down.
+    pub unserved: std::collections::HashSet<Hash>,
     next_hash: Hash,
     pub last_honest: Option<(JobId, Hash)>,
     /// Cheating announcements by (job, epoch, step): kind and time, until decided.
@@ -191,7 +197,8 @@ pub struct World {
 pub const SPEC_HASH_BASE: Hash = 1 << 62;
 
 /// The token balances a run starts from: clients can pay every job they will start,
-/// providers can stake a thousand times over (cheaters re-stake after each slash).
+/// providers can stake a thousand times over (cheaters re-stake after each slash), verifiers
+/// hold their pool stake.
 pub fn genesis(cfg: &SimConfig) -> Vec<(u32, u128)> {
     let jobs_each = if cfg.job.jobs_per_client == 0 {
         1_000_000
@@ -200,7 +207,9 @@ pub fn genesis(cfg: &SimConfig) -> Vec<(u32, u128)> {
     };
     let clients = (0..cfg.clients).map(|c| (c, cfg.job.budget * jobs_each));
     let providers = (0..cfg.providers).map(|p| (cfg.clients + p, cfg.protocol.stake * 1000));
-    clients.chain(providers).collect()
+    let first_verifier = cfg.clients + cfg.providers;
+    let verifiers = (0..cfg.verifiers).map(|v| (first_verifier + v, cfg.protocol.verifier_stake));
+    clients.chain(providers).chain(verifiers).collect()
 }
 
 pub fn ms(seconds: f64) -> Millis {
@@ -213,13 +222,8 @@ impl World {
         let mut setup = stream(seed, Purpose::Setup, 0);
         let net = Network::new(cfg.network.clone(), nodes, &mut setup);
         // Funded below, once the driver has given every node its address.
-        let escrow = escrow::deploy(
-            cfg.protocol.signatures,
-            cfg.protocol.stake,
-            cfg.chain.unbond_delay_s,
-            [],
-        )
-        .expect("config validation keeps the stake (the escrow's minStake) positive");
+        let escrow = escrow::deploy(cfg.protocol.signatures, escrow::params(&cfg), [])
+            .expect("config validation keeps the escrow's minimum stakes positive");
         let first_provider = cfg.clients;
         let first_verifier = cfg.clients + cfg.providers;
         let clients = (0..cfg.clients)
@@ -254,11 +258,13 @@ impl World {
             calls: Vec::new(),
             driver: None,
             block_scheduled: false,
+            chain_fifo: vec![0; nodes],
             clients,
             providers,
             books: Vec::new(),
             job_clients: Vec::new(),
             truths: FastMap::default(),
+            unserved: std::collections::HashSet::new(),
             next_hash: 1,
             last_honest: None,
             cheat_claims: FastMap::default(),
@@ -278,7 +284,71 @@ impl World {
             world.escrow.mint(escrow::TOKEN, who, U256::from(amount));
             world.escrow.approve(escrow::TOKEN, who, spender, U256::MAX);
         }
+        world.genesis_block();
         world
+    }
+
+    /// Block 0, before the run: every verifier stakes into the pool (`registerVerifier`), so
+    /// the first jobs have a pool to draw their committees from. Its calls are in the call
+    /// log and its events go through the checkers like any block's.
+    fn genesis_block(&mut self) {
+        let block = escrow::Block { number: 0, time: 0 };
+        let hash = escrow::block_hash(self.seed, 0);
+        self.escrow.record_block_hash(0, hash);
+        let amount = U256::from(self.cfg.protocol.verifier_stake);
+        for v in 0..self.cfg.verifiers as usize {
+            let node = self.verifier_node(v);
+            let sender = self.address_of(node);
+            let call = Call::RegisterVerifier { amount };
+            let result = self.escrow.apply(&call, sender, block);
+            if self.cfg.keep_call_log {
+                self.calls.push(CallRecord {
+                    block: 0,
+                    block_hash: hash,
+                    timestamp: 0,
+                    caller: sender,
+                    call: call.clone(),
+                    result: result.as_ref().map(|_| ()).map_err(Clone::clone),
+                });
+            }
+            match result {
+                Ok(events) => {
+                    *self.metrics.tx_ok.entry(call.name()).or_default() += 1;
+                    let mut checker = std::mem::take(&mut self.checker);
+                    for e in &events {
+                        if let Err(f) = checker.on_escrow_event(self, e) {
+                            checker.fail_later(f);
+                        }
+                    }
+                    self.checker = checker;
+                }
+                Err(error) => {
+                    *self
+                        .metrics
+                        .tx_failed
+                        .entry(format!("{}: {}", call.name(), error.name()))
+                        .or_default() += 1;
+                }
+            }
+        }
+    }
+
+    /// The verifiers that vote reject on everything: the last `hostile.byzantine_verifiers`
+    /// of them by index (the hostile clients' sybils).
+    pub fn is_byzantine(&self, node: NodeId) -> bool {
+        let n = self.cfg.verifiers;
+        let byzantine =
+            crate::config::HostileConfig::count(self.cfg.hostile.byzantine_verifiers, n);
+        self.verifier_index(node)
+            .is_some_and(|v| v as u32 >= n - byzantine)
+    }
+
+    /// The clients that withhold pay (`ClientFault::WithholdPay`): the last
+    /// `hostile.withhold_pay_clients` of them by index.
+    pub fn is_hostile_client(&self, node: NodeId) -> bool {
+        let n = self.cfg.clients;
+        let hostile = crate::config::HostileConfig::count(self.cfg.hostile.withhold_pay_clients, n);
+        node < n && node >= n - hostile
     }
 
     // ------------------------------------------------------------ node ids
@@ -485,13 +555,27 @@ impl World {
         self.block_scheduled = false;
         let txs = std::mem::take(&mut self.mempool);
         let ts = self.now / 1000;
+        // Blocks are numbered by their slot (one every `block_ms`, empty ones included), and
+        // each gets its hash from the run's seed: what a later `drawCommittee` reads.
+        let number = self.now / self.cfg.chain.block_ms;
+        let hash = escrow::block_hash(self.seed, number);
+        self.escrow.record_block_hash(number, hash);
+        let block = escrow::Block { number, time: ts };
         for (from, call, tag) in txs {
             let name = call.name();
             self.trace.push(self.now, name, from, &());
             let sender = self.address_of(from);
-            let result = self.escrow.apply(&call, sender, ts);
+            let result = self.escrow.apply(&call, sender, block);
+            if matches!(
+                call,
+                Call::Tx(gpuchain_protocol::chain::ChainTx::Withdraw { .. })
+            ) {
+                self.drive_withdraw_mined(from);
+            }
             if self.cfg.keep_call_log {
                 self.calls.push(CallRecord {
+                    block: number,
+                    block_hash: hash,
                     timestamp: ts,
                     caller: sender,
                     call: call.clone(),
@@ -512,8 +596,14 @@ impl World {
                         }
                         self.checker = checker;
                         // Recipients are who the job involved before the event (an ended
-                        // epoch's provider must hear of it), except a new job's.
-                        if matches!(e, escrow::Event::Job(ChainEvent::JobCreated { .. })) {
+                        // epoch's provider must hear of it), except a new job's and a drawn
+                        // committee's (its members hear of their seats).
+                        if matches!(
+                            e,
+                            escrow::Event::Job(
+                                ChainEvent::JobCreated { .. } | ChainEvent::CommitteeDrawn { .. }
+                            )
+                        ) {
                             self.book_event(from, &e);
                             self.broadcast(&e);
                         } else {
@@ -562,8 +652,13 @@ impl World {
         let event = std::rc::Rc::new(e.clone());
         for n in to {
             let d = self.net.latency_ms(&mut self.net_rng);
-            self.at(
-                d,
+            // A chain client reads the escrow's logs in chain order: an event never reaches
+            // a node before one emitted earlier (a late accept and the `Superseded` end of
+            // the epoch assigned in the same block must not swap).
+            let at = self.now.saturating_add(d).max(self.chain_fifo[n as usize]);
+            self.chain_fifo[n as usize] = at;
+            self.queue.push(
+                at,
                 Event::Chain {
                     to: n,
                     event: event.clone(),
@@ -639,22 +734,55 @@ impl World {
     /// Engine bookkeeping and metrics for an executed escrow event.
     fn book_event(&mut self, from: NodeId, e: &escrow::Event) {
         let now = self.now;
+        if let escrow::Event::FeesCredited {
+            verifier, amount, ..
+        } = e
+        {
+            let amount: u128 = amount.saturating_to();
+            self.metrics.fees_credited += amount;
+            if self.keep_timeline
+                && let Some(v) = self.node_of(verifier)
+            {
+                let name = self.name(v);
+                *self.metrics.fees_by_verifier.entry(name).or_default() += amount;
+            }
+            return;
+        }
         let Some(e) = e.job() else {
             return;
         };
         let job_id = job_no(e.job_id());
         match e {
             ChainEvent::JobCreated { .. } => {
-                let verifiers = self.clients[from as usize].pending_verifiers.clone();
                 debug_assert_eq!(job_id as usize, self.books.len() + 1);
                 self.books.push(JobBook {
                     client: from,
-                    verifiers,
                     ..JobBook::default()
                 });
                 self.job_clients.push(from);
                 self.metrics.jobs_created += 1;
                 self.note(|w| format!("Job {job_id} created by {}", w.name(from)));
+            }
+            ChainEvent::CommitteeSeedMoved { seed_block, .. } => {
+                let b = *seed_block;
+                self.note(|_| format!("Job {job_id}: committee seed moved to block {b}"));
+            }
+            ChainEvent::CommitteeDrawn { committee, .. } => {
+                let members: Vec<NodeId> =
+                    committee.iter().filter_map(|a| self.node_of(a)).collect();
+                let byzantine = members.iter().filter(|n| self.is_byzantine(**n)).count();
+                *self
+                    .metrics
+                    .committees_by_byzantine
+                    .entry(byzantine)
+                    .or_default() += 1;
+                if let Some(b) = self.book_mut(job_id) {
+                    b.verifiers = members.clone();
+                }
+                self.note(|w| {
+                    let names: Vec<String> = members.iter().map(|n| w.name(*n)).collect();
+                    format!("Job {job_id}: committee drawn: {}", names.join(", "))
+                });
             }
             ChainEvent::ProviderAssigned {
                 epoch,
@@ -691,9 +819,11 @@ impl World {
                 step,
                 provider,
                 amount,
+                fees,
                 ..
             } => {
                 let amount: u128 = amount.saturating_to();
+                self.metrics.fees += fees.saturating_to::<u128>();
                 let last = self.book(job_id).map_or(0, |b| b.last_accepted);
                 self.metrics.steps_accepted += step.saturating_sub(last);
                 self.metrics.paid += amount;
@@ -725,9 +855,12 @@ impl World {
                 step,
                 provider,
                 slashed,
+                fees,
                 ..
             } => {
-                self.metrics.slashed += slashed.saturating_to::<u128>();
+                let slashed: u128 = slashed.saturating_to();
+                self.metrics.slashed += slashed;
+                self.metrics.fees += fees.saturating_to::<u128>();
                 if let Some((k, at)) = self.cheat_claims.remove(&(job_id, *epoch, *step)) {
                     self.metrics.cheats.entry(k).or_default().caught += 1;
                     self.metrics.cheat_detection_ms.push(now.saturating_sub(at));
@@ -738,8 +871,13 @@ impl World {
                 let (p, s) = (self.node_of(provider), *step);
                 self.note(|w| {
                     format!(
-                        "Job {job_id}: {}'s checkpoint at step {s} refused, stake slashed",
-                        w.account_name(p)
+                        "Job {job_id}: {}'s checkpoint at step {s} refused, {}",
+                        w.account_name(p),
+                        if slashed > 0 {
+                            format!("stake slashed ({}, burned)", usdc(slashed))
+                        } else {
+                            "not slashed (not every member rejected)".to_owned()
+                        }
                     )
                 });
             }
@@ -782,6 +920,7 @@ impl World {
             let hashes = std::mem::take(&mut b.checkpoints);
             for h in hashes {
                 self.truths.remove(&h);
+                self.unserved.remove(&h);
             }
         }
     }

@@ -21,7 +21,22 @@ fn nov4_story_pays_a_and_b_and_refunds_the_rest() {
         None,
         "the junk provider is never paid"
     );
-    assert_eq!(r.refunded, 410 * USDC / 100);
+    // Each of the two verifiers signed the 8 accepts and the reject (the budget had slack
+    // for the reject's fees): 9 fees of 0.001 each, credited when the client settled.
+    let fee = presets::nov4().job.verifier_fee;
+    assert_eq!(r.fees, 18 * fee);
+    assert_eq!(r.fees_credited, r.fees);
+    assert_eq!(
+        r.fees_by_verifier.values().copied().collect::<Vec<_>>(),
+        vec![9 * fee; 2]
+    );
+    // The refund is what is left: paid + fees + refunded == budget.
+    assert_eq!(r.paid + r.fees + r.refunded, 5 * USDC);
+    assert_eq!(r.refunded, 410 * USDC / 100 - 18 * fee);
+    // P's junk was refused by the whole committee: its stake burned, no honest stake lost.
+    assert_eq!(r.slashed, presets::nov4().protocol.stake);
+    assert_eq!(r.observed.honest_stake_lost, 0);
+    assert_eq!(r.observed.junk_paid, 0);
     assert_eq!(
         r.cheats.get("junk").map(|c| (c.caught, c.missed)),
         Some((1, 0))
@@ -49,7 +64,10 @@ fn break_it_game_matches_the_product_page_prices() {
     );
     assert_eq!(r.paid_by_provider.get("C"), None);
     assert_eq!(r.paid_by_provider.get("B"), Some(&450_000));
-    assert_eq!(r.refunded, 450_000);
+    // The page's 0.45 back, less the verifiers' fees: 8 accepts and the reject, two signers.
+    assert_eq!(r.fees, 18 * presets::break_it().job.verifier_fee);
+    assert_eq!(r.refunded, 450_000 - r.fees);
+    assert_eq!(r.paid + r.fees + r.refunded, USDC);
     assert_eq!(r.steps_accepted, 200);
 }
 
@@ -76,13 +94,26 @@ fn call_log_replays_to_the_same_books() {
     accounts.dedup();
     let mut e = escrow::deploy(
         cfg.protocol.signatures,
-        cfg.protocol.stake,
-        cfg.chain.unbond_delay_s,
+        escrow::params(&cfg),
         accounts.iter().map(|a| (*a, 1_000 * USDC)),
     )
     .expect("deploys");
+    // The verifiers' stakes in block 0, the draw, every decision: each call in its block,
+    // the block hashes as the run's chain recorded them (the draw reads them).
+    assert!(
+        out.calls
+            .iter()
+            .any(|c| c.call.name() == "registerVerifier")
+    );
+    assert!(out.calls.iter().any(|c| c.call.name() == "drawCommittee"));
     for c in &out.calls {
-        let got = e.apply(&c.call, c.caller, c.timestamp).map(|_| ());
+        assert_eq!(c.block_hash, escrow::block_hash(7, c.block));
+        e.record_block_hash(c.block, c.block_hash);
+        let block = escrow::Block {
+            number: c.block,
+            time: c.timestamp,
+        };
+        let got = e.apply(&c.call, c.caller, block).map(|_| ());
         assert_eq!(got, c.result, "{c:?}");
     }
     let held = e.balance_of(TOKEN, e.address());
@@ -94,6 +125,7 @@ fn call_log_replays_to_the_same_books() {
 fn a_bad_config_is_an_error_naming_the_field_not_a_panic() {
     let mut cfg = presets::nov4();
     cfg.job.quorum = 3;
+    cfg.job.committee_size = 2;
     match run(cfg, 1) {
         Err(SimError::Config(e)) => assert_eq!(e.field, "job.quorum"),
         other => panic!(

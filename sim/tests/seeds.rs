@@ -34,6 +34,18 @@ fn sweep(cfg: fn() -> SimConfig, seeds: std::ops::Range<u64>) {
                             Ok(o) if o.report.steps_accepted > o.report.steps_trained => {
                                 Some(format!("seed {seed}: more steps accepted than trained"))
                             }
+                            // No verifier here is byzantine: a served honest checkpoint is
+                            // never slashed, and nothing the checks always refuse is paid.
+                            Ok(o)
+                                if o.report.observed.honest_stake_lost > 0
+                                    || o.report.observed.junk_paid > 0 =>
+                            {
+                                Some(format!(
+                                    "seed {seed}: {:?}\n{}",
+                                    o.report.observed,
+                                    o.report.to_text()
+                                ))
+                            }
                             Ok(_) => None,
                         })
                         .collect::<Vec<_>>()

@@ -24,6 +24,9 @@ use crate::process::Proc;
 
 /// One USDC in base units (6 decimals).
 pub const USDC: u64 = 1_000_000;
+/// The escrow's minimum verifier stake on the testnets this crate deploys, and what each
+/// testnet verifier stakes: a seat in the pool committees are drawn from.
+pub const VERIFIER_STAKE: u64 = 50 * USDC;
 /// One ether in wei.
 pub const ETH: u128 = 1_000_000_000_000_000_000;
 
@@ -40,6 +43,12 @@ pub struct ChainOpts {
     pub max_duration: u64,
     /// `JobEscrow`'s longest grace after a deadline, in seconds.
     pub max_grace: u64,
+    /// `JobEscrow`'s decision window: how long after a client ends an epoch a quorum's accept
+    /// of its next checkpoint still pays, in seconds.
+    pub decision_window: u64,
+    /// `JobEscrow`'s minimum verifier stake (a seat in the pool committees are drawn from),
+    /// in USDC base units.
+    pub min_verifier_stake: U256,
     /// Mine a block every this many seconds instead of one per transaction.
     pub block_time_secs: Option<u64>,
     /// Passed to anvil after the harness's own arguments.
@@ -56,6 +65,8 @@ impl Default for ChainOpts {
             unbond_delay: 3600,
             max_duration: 30 * 24 * 3600,
             max_grace: 24 * 3600,
+            decision_window: 120,
+            min_verifier_stake: U256::from(VERIFIER_STAKE),
             block_time_secs: None,
             extra_args: Vec::new(),
             ready_timeout: Duration::from_secs(30),
@@ -122,6 +133,8 @@ impl Chain {
             unbond_delay: opts.unbond_delay,
             max_duration: opts.max_duration,
             max_grace: opts.max_grace,
+            decision_window: opts.decision_window,
+            min_verifier_stake: opts.min_verifier_stake,
         };
         let escrow = *deploy_job_escrow(&wallet, usdc, params).await?.address();
         let deploy_block = wallet.get_block_number().await.context("eth_blockNumber")?;

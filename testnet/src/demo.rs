@@ -21,6 +21,8 @@ pub const INTERVAL: u64 = 50;
 pub const KILL_AT_STEP: u64 = 158;
 pub const BUDGET: u64 = 5 * USDC;
 pub const STAKE: u64 = 100 * USDC;
+/// What each verifier signing a decision earns.
+pub const VERIFIER_FEE: u64 = 1_000;
 /// Per-step prices: A cheapest, then P, then B (so P is tried before B).
 pub const PRICE_A: u64 = 1_000;
 pub const PRICE_P: u64 = 2_000;
@@ -57,10 +59,15 @@ pub struct DemoReport {
     pub paid_a: String,
     pub paid_p: String,
     pub paid_b: String,
+    /// Verifier fees, in total and per verifier (by node name), for the decisions each signed.
+    pub fees: String,
+    pub fees_each: Vec<(String, String)>,
+    /// Decisions the escrow took (accepts and rejects).
+    pub decisions: u64,
     pub refunded: String,
     pub slashed_p: String,
     pub budget: String,
-    /// paid + refunded == budget, from the job's escrow events, and every account was
+    /// paid + fees + refunded == budget, from the job's escrow events, and every account was
     /// credited exactly that.
     pub conserved: bool,
     pub wall_secs: u64,
@@ -108,7 +115,11 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
         ("verifier-2", "verifier"),
     ] {
         let spec = net.role_spec(name, role)?;
-        net.spawn(spec).await?;
+        if role == "verifier" {
+            net.spawn_verifier(spec).await?;
+        } else {
+            net.spawn(spec).await?;
+        }
     }
     for (name, price, fault) in [
         ("A", PRICE_A, None),
@@ -134,7 +145,9 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
 
     let job_file = run_dir.join("job.toml");
     std::fs::write(&job_file, JOB_FILE)?;
-    progress("submitting the job: 400 steps, checkpoint every 50, budget 5 USDC, quorum 2");
+    progress(
+        "submitting the job: 400 steps, checkpoint every 50, budget 5 USDC, a committee of 2 drawn by the escrow, quorum 2",
+    );
     let job_num = net
         .submit_job(
             "client",
@@ -142,8 +155,9 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
                 file: job_file,
                 budget: usdc(U256::from(BUDGET)),
                 max_price: usdc(U256::from(PRICE_B)),
-                verifiers: vec!["verifier-1".into(), "verifier-2".into()],
+                committee: 2,
                 quorum: 2,
+                verifier_fee: usdc(U256::from(VERIFIER_FEE)),
                 deadline_secs: 3600,
                 grace_secs: 600,
             },
@@ -196,7 +210,7 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
                 v.epoch, view["last_reported_step"], v.lastAcceptedStep
             ));
         }
-        Ok(v.status == 3)
+        Ok(v.status == 3 && v.settled)
     })
     .await?;
     progress("job complete; reading the figures from the logs and the chain");
@@ -271,18 +285,29 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
     let paid_b = money.paid_to(addr("B")?);
     let slashed = money.slashed.get(&addr("P")?).copied().unwrap_or_default();
     let refunded = money.refunded;
+    let fees = money.fees_total();
     let budget = U256::from(BUDGET);
     let client_credit = c.withdrawable(addr("client")?).await?;
+    let mut fees_each = Vec::new();
+    // Settle credited each verifier exactly the fees its decisions earned.
+    let mut fees_credited = true;
+    for v in ["verifier-1", "verifier-2"] {
+        let earned = money.fees_to(addr(v)?);
+        fees_credited &= c.withdrawable(addr(v)?).await? == earned;
+        fees_each.push((v.to_string(), usdc(earned)));
+    }
     // P's slash is burned: the client is credited its refund and nothing more.
     let credited = c.withdrawable(addr("A")?).await? == paid_a
         && c.withdrawable(addr("P")?).await? == paid_p
         && c.withdrawable(addr("B")?).await? == paid_b
         && client_credit == refunded
+        && fees_credited
         && c.deployer().burned().await? == slashed;
     let conserved = money.deposit == budget
         && money.conserved()
-        && paid_a + paid_p + paid_b + refunded == budget
+        && paid_a + paid_p + paid_b + fees + refunded == budget
         && credited;
+    let decisions = money.decisions;
 
     Ok(DemoReport {
         run_dir: run_dir.to_path_buf(),
@@ -301,6 +326,9 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
         paid_a: usdc(paid_a),
         paid_p: usdc(paid_p),
         paid_b: usdc(paid_b),
+        fees: usdc(fees),
+        fees_each,
+        decisions,
         refunded: usdc(refunded),
         slashed_p: usdc(slashed),
         budget: usdc(budget),
@@ -362,6 +390,19 @@ impl DemoReport {
             ),
             ("paid to B", format!("{} USDC", self.paid_b)),
             (
+                "verifier fees",
+                format!(
+                    "{} USDC for {} decisions ({})",
+                    self.fees,
+                    self.decisions,
+                    self.fees_each
+                        .iter()
+                        .map(|(v, f)| format!("{v} {f}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+            (
                 "refunded to the client",
                 format!("{} USDC of {} USDC", self.refunded, self.budget),
             ),
@@ -378,7 +419,7 @@ impl DemoReport {
             out.push_str(&format!("  {k:<width$}  {v}\n"));
         }
         out.push_str(&format!(
-            "\n  paid + refunded == budget: {}   wall time {} s   run record: {}\n",
+            "\n  paid + fees + refunded == budget: {}   wall time {} s   run record: {}\n",
             if self.conserved { "yes" } else { "NO" },
             self.wall_secs,
             self.run_dir.join(RECORD_FILE).display()

@@ -25,7 +25,7 @@ pub mod scenario;
 mod testnet;
 mod wait;
 
-pub use chain::{Chain, ChainOpts, ETH, USDC};
+pub use chain::{Chain, ChainOpts, ETH, USDC, VERIFIER_STAKE};
 pub use events::{Logged, NodeEvent, after, line_time, node_event, read_events, read_log};
 pub use node::{API_TIMEOUT, Bootstrap, NodeProc, NodeSpec};
 pub use process::{Signal, pid_alive, signal};

@@ -1,7 +1,9 @@
 //! Scenario files (`testnet/scenarios/*.toml`): which nodes run with which roles, the job,
 //! and faults fired at a training step or a time (kill -9, restart, SIGSTOP/SIGCONT, a
-//! verifier taken offline; cheats are a provider's `fault`). `gpuchain testnet run FILE`
-//! plays one and prints who was paid what; the run record lands in the run folder.
+//! verifier taken offline; cheats are a node's `fault`: a provider's junk, a verifier's
+//! rejects, a client's withheld pay). Verifiers stake into the escrow's pool and the escrow
+//! draws the job's committee from it. `gpuchain testnet run FILE` plays one and prints who
+//! was paid what; the run record lands in the run folder.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -42,13 +44,22 @@ pub struct JobSection {
     pub file: PathBuf,
     pub budget: String,
     pub max_price: String,
-    /// Verifier node names.
-    pub verifiers: Vec<String>,
-    pub quorum: u8,
+    /// Committee size the escrow draws from the staked verifiers. Default: every verifier
+    /// node.
+    pub committee: Option<u8>,
+    /// Default: the smallest strict majority of the committee.
+    pub quorum: Option<u8>,
+    /// Tokens each committee member earns per decision it signs.
+    #[serde(default = "default_verifier_fee")]
+    pub verifier_fee: String,
     #[serde(default = "default_deadline")]
     pub deadline_secs: u64,
     #[serde(default = "default_grace")]
     pub grace_secs: u64,
+}
+
+fn default_verifier_fee() -> String {
+    "0.001".into()
 }
 
 fn default_deadline() -> u64 {
@@ -66,15 +77,19 @@ pub struct NodeSection {
     /// Provider: price per step in tokens (e.g. "0.002").
     pub price: Option<String>,
     /// Provider: cheat kind (junk, stale, nan, wrong-order); verifier: reject-all (votes
-    /// reject on everything).
+    /// reject on everything); client: withhold-pay (never lands an accept, ends the epoch
+    /// instead).
     pub fault: Option<String>,
-    /// Provider: tokens staked before the job (default 100).
-    #[serde(default = "default_stake")]
-    pub stake: u64,
+    /// Tokens staked before the job: a provider's stake (default 100), a verifier's seat in
+    /// the escrow's pool (default 50, the minimum).
+    pub stake: Option<u64>,
 }
 
-fn default_stake() -> u64 {
-    100
+impl NodeSection {
+    fn stake(&self) -> u64 {
+        self.stake
+            .unwrap_or(if self.role == "verifier" { 50 } else { 100 })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -107,8 +122,25 @@ const ROLES: [&str; 3] = ["client", "provider", "verifier"];
 const CHEATS: [&str; 4] = ["junk", "stale", "nan", "wrong-order"];
 /// A verifier's cheats (`gpuchain node --fault`).
 const VERIFIER_CHEATS: [&str; 1] = ["reject-all"];
+/// A client's cheats.
+const CLIENT_CHEATS: [&str; 1] = ["withhold-pay"];
 
 impl Scenario {
+    fn verifier_nodes(&self) -> usize {
+        self.nodes.iter().filter(|n| n.role == "verifier").count()
+    }
+
+    /// The committee the job asks the escrow for.
+    pub fn committee(&self) -> u8 {
+        self.job
+            .committee
+            .unwrap_or_else(|| u8::try_from(self.verifier_nodes()).unwrap_or(u8::MAX))
+    }
+
+    pub fn quorum(&self) -> u8 {
+        self.job.quorum.unwrap_or(self.committee() / 2 + 1)
+    }
+
     /// Reads and checks a scenario; every error names the file and the field.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
@@ -145,6 +177,7 @@ impl Scenario {
                 let cheats: &[&str] = match n.role.as_str() {
                     "provider" => &CHEATS,
                     "verifier" => &VERIFIER_CHEATS,
+                    "client" => &CLIENT_CHEATS,
                     _ => &[],
                 };
                 ensure!(
@@ -165,17 +198,16 @@ impl Scenario {
             "job.client: {:?} is not a node with role client",
             self.job.client
         );
-        for (i, v) in self.job.verifiers.iter().enumerate() {
-            ensure!(
-                role_of(v) == Some("verifier"),
-                "job.verifiers[{i}]: {v:?} is not a node with role verifier"
-            );
-        }
+        let verifiers = self.verifier_nodes();
+        let committee = self.committee();
         ensure!(
-            self.job.quorum >= 1 && usize::from(self.job.quorum) <= self.job.verifiers.len(),
-            "job.quorum: {} must be between 1 and the number of verifiers ({})",
-            self.job.quorum,
-            self.job.verifiers.len()
+            committee >= 2 && usize::from(committee) <= verifiers,
+            "job.committee: {committee} must be between 2 and the number of verifier nodes ({verifiers})"
+        );
+        let quorum = self.quorum();
+        ensure!(
+            usize::from(quorum) * 2 > usize::from(committee) && quorum <= committee,
+            "job.quorum: {quorum} must be a strict majority of the committee of {committee}"
         );
         for (i, f) in self.faults.iter().enumerate() {
             ensure!(
@@ -208,7 +240,18 @@ pub struct ScenarioReport {
     pub faults_fired: Vec<RecordLine>,
     /// Withdrawable per node, in USDC, read from the chain.
     pub withdrawable: Vec<(String, String)>,
+    /// Providers' bonded stake and verifiers' pool stake, in USDC.
     pub stakes: Vec<(String, String)>,
+    /// The verifiers the escrow drew for the job (node names).
+    pub committee: Vec<String>,
+    /// The job's budget and where it went, from its escrow events, in USDC: paid to
+    /// providers (by node), verifier fees (by node), refunded to the client.
+    pub budget: String,
+    pub paid: Vec<(String, String)>,
+    pub fees: Vec<(String, String)>,
+    pub refunded: String,
+    /// paid + fees + refunded == budget, and every account was credited exactly its share.
+    pub conserved: bool,
     /// Stake the escrow burned by slashes, in USDC.
     pub burned: String,
     pub wall_secs: u64,
@@ -233,9 +276,25 @@ impl ScenarioReport {
                 ));
             }
         }
+        out.push_str(&format!(
+            "  committee    {} (drawn by the escrow)\n",
+            self.committee.join(", ")
+        ));
         for (n, w) in &self.withdrawable {
             out.push_str(&format!("  {n:<12} withdrawable {w} USDC\n"));
         }
+        for (n, p) in &self.paid {
+            out.push_str(&format!("  {n:<12} paid         {p} USDC\n"));
+        }
+        for (n, f) in &self.fees {
+            out.push_str(&format!("  {n:<12} fees         {f} USDC\n"));
+        }
+        out.push_str(&format!(
+            "  budget {} USDC; refunded {} USDC; paid + fees + refunded == budget: {}\n",
+            self.budget,
+            self.refunded,
+            if self.conserved { "yes" } else { "NO" }
+        ));
         out.push_str(&format!("  {:<12} {} USDC\n", "burned", self.burned));
         for (n, s) in &self.stakes {
             out.push_str(&format!("  {n:<12} stake        {s} USDC\n"));
@@ -293,8 +352,13 @@ async fn play(
             spec = spec.arg("--fault").arg(f.clone());
         }
         net.spawn(spec).await?;
-        if n.role == "provider" {
-            net.stake(&n.name, U256::from(n.stake * USDC)).await?;
+        match n.role.as_str() {
+            "provider" => net.stake(&n.name, U256::from(n.stake() * USDC)).await?,
+            "verifier" => {
+                net.stake_verifier(&n.name, U256::from(n.stake() * USDC))
+                    .await?
+            }
+            _ => {}
         }
     }
     let client = net.node(&s.job.client)?;
@@ -312,8 +376,9 @@ async fn play(
                 file: job_file.to_path_buf(),
                 budget: s.job.budget.clone(),
                 max_price: s.job.max_price.clone(),
-                verifiers: s.job.verifiers.clone(),
-                quorum: s.job.quorum,
+                committee: s.committee(),
+                quorum: s.quorum(),
+                verifier_fee: s.job.verifier_fee.clone(),
                 deadline_secs: s.job.deadline_secs,
                 grace_secs: s.job.grace_secs,
             },
@@ -329,7 +394,7 @@ async fn play(
         let v = chain.job(job_id).await?;
         match v.status {
             // Completed once the client's settle has credited what the job did not spend.
-            3 if v.remaining.is_zero() => break ("completed", v),
+            3 if v.settled => break ("completed", v),
             4 => break ("expired", v),
             _ => {}
         }
@@ -385,18 +450,40 @@ async fn play(
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let c = net.chain()?;
+    let money = c.deployer().job_money(job_id, c.deploy_block()).await?;
     let mut withdrawable = Vec::new();
     let mut stakes = Vec::new();
+    let (mut paid, mut fees) = (Vec::new(), Vec::new());
+    let mut credited = true;
+    let mut name_of = std::collections::BTreeMap::new();
     for n in &s.nodes {
         let a = net.node(&n.name)?.eth_address();
-        withdrawable.push((n.name.clone(), usdc(c.withdrawable(a).await?)));
-        if n.role == "provider" {
-            stakes.push((
-                n.name.clone(),
-                usdc(U256::from(c.stake_of(a).await?.bonded)),
-            ));
+        name_of.insert(a, n.name.clone());
+        let w = c.withdrawable(a).await?;
+        withdrawable.push((n.name.clone(), usdc(w)));
+        match n.role.as_str() {
+            "provider" => {
+                stakes.push((n.name.clone(), usdc(c.stake_of(a).await?.bonded)));
+                paid.push((n.name.clone(), usdc(money.paid_to(a))));
+                credited &= w == money.paid_to(a);
+            }
+            "verifier" => {
+                let vs = c.deployer().verifier_stake_of(a).await?;
+                stakes.push((n.name.clone(), usdc(vs.bonded)));
+                fees.push((n.name.clone(), usdc(money.fees_to(a))));
+                credited &= w == money.fees_to(a);
+            }
+            _ => credited &= w == money.refunded,
         }
     }
+    let committee = money
+        .committee
+        .iter()
+        .map(|a| name_of.get(a).cloned().unwrap_or_else(|| a.to_string()))
+        .collect();
+    let conserved = money.conserved()
+        && money.paid_total() + money.fees_total() + money.refunded == money.deposit
+        && credited;
     Ok(ScenarioReport {
         name: s.name.clone(),
         run_dir: run_dir.to_path_buf(),
@@ -407,6 +494,12 @@ async fn play(
         faults_fired: fired.clone(),
         withdrawable,
         stakes,
+        committee,
+        budget: usdc(money.deposit),
+        paid,
+        fees,
+        refunded: usdc(money.refunded),
+        conserved,
         burned: usdc(c.deployer().burned().await?),
         wall_secs: started.elapsed().as_secs(),
     })

@@ -18,14 +18,16 @@ pub const PASSWORD: &str = "gpuchain-testnet";
 /// How long `stop` waits after SIGTERM before it sends SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
-/// What `gpuchain job submit` is given; amounts in tokens (e.g. "0.002"), verifiers by node name.
+/// What `gpuchain job submit` is given; amounts in tokens (e.g. "0.002"). The escrow draws
+/// the committee from the verifiers staked in its pool.
 #[derive(Debug, Clone)]
 pub struct JobSubmission {
     pub file: PathBuf,
     pub budget: String,
     pub max_price: String,
-    pub verifiers: Vec<String>,
+    pub committee: u8,
     pub quorum: u8,
+    pub verifier_fee: String,
     pub deadline_secs: u64,
     pub grace_secs: u64,
 }
@@ -171,13 +173,31 @@ impl Testnet {
         Ok(())
     }
 
+    /// Stakes `amount` (base units) into the escrow's verifier pool for node `name` with its
+    /// own key.
+    pub async fn stake_verifier(&self, name: &str, amount: U256) -> Result<()> {
+        let signer = self.node(name)?.signer().clone();
+        self.chain()?
+            .client(signer)
+            .await?
+            .register_verifier(amount)
+            .await
+            .with_context(|| format!("staking {name} as a verifier"))?;
+        Ok(())
+    }
+
+    /// Spawns a verifier node from `spec` and stakes [`crate::VERIFIER_STAKE`] for it, so
+    /// the escrow can draw it onto committees.
+    pub async fn spawn_verifier(&mut self, spec: NodeSpec) -> Result<&NodeProc> {
+        let name = spec.name.clone();
+        self.spawn(spec).await?;
+        self.stake_verifier(&name, U256::from(crate::VERIFIER_STAKE))
+            .await?;
+        self.node(&name)
+    }
+
     /// `gpuchain job submit` through node `client`, as a user would; returns the job id.
     pub async fn submit_job(&self, client: &str, job: &JobSubmission) -> Result<U256> {
-        let verifiers = job
-            .verifiers
-            .iter()
-            .map(|v| self.node(v).map(|n| n.eth_address().to_string()))
-            .collect::<Result<Vec<_>>>()?;
         let out = tokio::process::Command::new(self.binary())
             .arg("job")
             .arg("submit")
@@ -186,10 +206,12 @@ impl Testnet {
             .arg("--spec")
             .arg(&job.file)
             .args(["--budget", &job.budget, "--max-price", &job.max_price])
-            .arg("--verifiers")
-            .arg(verifiers.join(","))
+            .arg("--committee")
+            .arg(job.committee.to_string())
             .arg("--quorum")
             .arg(job.quorum.to_string())
+            .arg("--verifier-fee")
+            .arg(&job.verifier_fee)
             .arg("--deadline")
             .arg(job.deadline_secs.to_string())
             .arg("--grace")

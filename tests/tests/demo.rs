@@ -31,7 +31,7 @@ async fn demo_prints_figures_that_match_the_record_and_the_chain() -> Result<()>
         report.steps_lost
     );
     ensure!(report.paid_p == "0.00", "junk was paid {}", report.paid_p);
-    ensure!(report.conserved, "paid + refunded != budget");
+    ensure!(report.conserved, "paid + fees + refunded != budget");
 
     // What the table says is what the record and the chain say.
     let record = read_record(&dir.join(RECORD_FILE))?;
@@ -43,15 +43,24 @@ async fn demo_prints_figures_that_match_the_record_and_the_chain() -> Result<()>
             .filter_map(|l| l.node_event())
             .collect()
     };
-    // Payouts: the client saw every acceptance on chain; sum them per provider.
+    // Payouts: the client saw every acceptance on chain; sum them per provider, and the fees
+    // of every decision (accepts and the reject).
     let mut paid: BTreeMap<String, u64> = BTreeMap::new();
+    let mut fees = 0u64;
     for e in of("client") {
-        if let NodeEvent::ChainAccepted {
-            provider, amount, ..
-        } = e
-        {
-            let amount: u64 = amount.parse().context("amount")?;
-            *paid.entry(provider.clone()).or_default() += amount;
+        match e {
+            NodeEvent::ChainAccepted {
+                provider,
+                amount,
+                fees: f,
+                ..
+            } => {
+                let amount: u64 = amount.parse().context("amount")?;
+                *paid.entry(provider.clone()).or_default() += amount;
+                fees += f.parse::<u64>().context("fees")?;
+            }
+            NodeEvent::ChainRejected { fees: f, .. } => fees += f.parse::<u64>().context("fees")?,
+            _ => {}
         }
     }
     let addr = |n: &str| -> Result<String> {
@@ -85,7 +94,11 @@ async fn demo_prints_figures_that_match_the_record_and_the_chain() -> Result<()>
         .parse()
         .context("refund")?;
     assert_eq!(usdc(U256::from(refund)), report.refunded);
-    assert_eq!(a + b + refund, BUDGET);
+    assert_eq!(usdc(U256::from(fees)), report.fees);
+    // 3 accepts by A, P's reject, 5 accepts by B: both verifiers signed each.
+    assert_eq!(report.decisions, 9, "{table}");
+    assert_eq!(fees, report.decisions * 2 * demo::VERIFIER_FEE);
+    assert_eq!(a + b + fees + refund, BUDGET);
     // P's checkpoint was rejected on chain, after both verifiers voted against it.
     let p_addr = addr("P")?;
     ensure!(
@@ -115,6 +128,7 @@ async fn demo_prints_figures_that_match_the_record_and_the_chain() -> Result<()>
         format!("{} USDC", report.paid_a),
         format!("{} USDC", report.paid_b),
         format!("{} USDC of", report.refunded),
+        format!("{} USDC for {} decisions", report.fees, report.decisions),
     ] {
         ensure!(table.contains(&needle), "table lacks {needle:?}:\n{table}");
     }

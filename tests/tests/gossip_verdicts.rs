@@ -40,9 +40,11 @@ async fn equivocating_votes_cost_their_forwarder_its_score() -> Result<()> {
     }
     std::fs::create_dir_all(&dir)?;
     let mut net = Testnet::with_new_chain(&dir, binary()?, ChainOpts::default()).await?;
-    for (name, role) in [("client", "client"), ("v1", "verifier"), ("v2", "verifier")] {
-        let spec = net.role_spec(name, role)?;
-        net.spawn(spec).await?;
+    let spec = net.role_spec("client", "client")?;
+    net.spawn(spec).await?;
+    for name in ["v1", "v2"] {
+        let spec = net.role_spec(name, "verifier")?;
+        net.spawn_verifier(spec).await?;
     }
     net.spawn(NodeSpec::new("mallory")).await?;
     let client = net.node("client")?;
@@ -62,13 +64,21 @@ async fn equivocating_votes_cost_their_forwarder_its_score() -> Result<()> {
                 file: job_file,
                 budget: "1".into(),
                 max_price: "0.001".into(),
-                verifiers: vec!["v1".into(), "v2".into()],
+                committee: 2,
                 quorum: 2,
+                verifier_fee: "0.001".into(),
                 deadline_secs: 3600,
                 grace_secs: 600,
             },
         )
         .await?;
+    // v1's votes count once the escrow has seated it (a pool of two: both are drawn).
+    net.wait_event(
+        "client",
+        gpuchain_testnet::event_is!(ChainCommitteeDrawn),
+        Duration::from_secs(30),
+    )
+    .await?;
     let topic = job_topic(job_id);
     mallory
         .post("/v1/subscribe", &json!({ "topic": topic }))

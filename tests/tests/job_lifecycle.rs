@@ -27,6 +27,12 @@ const STEPS: u64 = 40;
 const INTERVAL: u64 = 10;
 const BUDGET: u64 = USDC; // 1 USDC
 const STAKE: u64 = 100 * USDC;
+/// Each committee member's fee per decision it signs (0.001 USDC).
+const VERIFIER_FEE: u64 = 1_000;
+/// Fees of `decisions` decisions, both members of the committee of 2 signing each.
+const fn fees(decisions: u64) -> U256 {
+    U256::from_limbs([decisions * 2 * VERIFIER_FEE, 0, 0, 0])
+}
 const JOB_TIMEOUT: Duration = Duration::from_secs(420);
 
 const JOB_FILE: &str = r#"
@@ -75,9 +81,11 @@ fn run_dir(tag: &str) -> Result<PathBuf> {
 async fn setup(tag: &str, providers: &[Provider]) -> Result<Setup> {
     let dir = run_dir(tag)?;
     let mut net = Testnet::with_new_chain(&dir, binary()?, ChainOpts::default()).await?;
-    for (name, role) in [("client", "client"), ("v1", "verifier"), ("v2", "verifier")] {
-        let spec = net.role_spec(name, role)?;
-        net.spawn(spec).await?;
+    let spec = net.role_spec("client", "client")?;
+    net.spawn(spec).await?;
+    for name in ["v1", "v2"] {
+        let spec = net.role_spec(name, "verifier")?;
+        net.spawn_verifier(spec).await?;
     }
     for pr in providers {
         let mut spec = net
@@ -119,8 +127,9 @@ async fn submit(s: &Setup, max_price: u64) -> Result<U256> {
                 file: s.job_file.clone(),
                 budget: amount(BUDGET),
                 max_price: amount(max_price),
-                verifiers: vec!["v1".into(), "v2".into()],
+                committee: 2,
                 quorum: 2,
+                verifier_fee: amount(VERIFIER_FEE),
                 deadline_secs: 3600,
                 grace_secs: 600,
             },
@@ -138,7 +147,7 @@ async fn wait_completed(s: &Setup, id: U256) -> Result<()> {
     poll_until("the job to complete and settle", JOB_TIMEOUT, async || {
         let v = job(&chain, id).await?;
         ensure!(v.status != 4, "the job expired");
-        Ok(v.status == 3 && v.remaining.is_zero())
+        Ok(v.status == 3 && v.settled)
     })
     .await
     .with_context(|| logs_tail(s))
@@ -184,8 +193,9 @@ fn epoch_2_assigned(e: &Logged) -> Option<(u64, String)> {
     }
 }
 
-/// Every token the escrow holds is accounted for: stakes plus what it owes (withdrawable)
-/// plus burned slashes (the jobs are settled, so no budget is left in them).
+/// Every token the escrow holds is accounted for: provider and verifier stakes plus what it
+/// owes (withdrawable: pay, fees, refunds) plus burned slashes (the jobs are settled, so no
+/// budget is left in them).
 async fn assert_conserved(s: &Setup, accounts: &[Address], providers: &[&str]) -> Result<()> {
     let chain = s.net.chain()?;
     let mut owed = chain.deployer().burned().await?;
@@ -196,11 +206,31 @@ async fn assert_conserved(s: &Setup, accounts: &[Address], providers: &[&str]) -
         let st = chain.stake_of(s.net.node(p)?.eth_address()).await?;
         owed += st.bonded + st.unbonding;
     }
+    for v in ["v1", "v2"] {
+        let st = chain
+            .deployer()
+            .verifier_stake_of(s.net.node(v)?.eth_address())
+            .await?;
+        owed += st.bonded + st.unbonding;
+    }
     let held = chain.escrow_usdc_balance().await?;
     ensure!(
         held == owed,
         "escrow holds {held} but owes {owed} (stakes + withdrawable + burned)"
     );
+    Ok(())
+}
+
+/// Each verifier was credited exactly its fees: one per decision, both signing each.
+async fn assert_fees(s: &Setup, decisions: u64) -> Result<()> {
+    let chain = s.net.chain()?;
+    for v in ["v1", "v2"] {
+        let got = chain.withdrawable(addr(s, v)?).await?;
+        ensure!(
+            got == U256::from(decisions * VERIFIER_FEE),
+            "{v} was credited {got}, not the fees of {decisions} decisions"
+        );
+    }
     Ok(())
 }
 
@@ -292,10 +322,12 @@ async fn happy_path_pays_every_step_once_and_refunds_the_rest() -> Result<()> {
     let earned = U256::from(STEPS * 1_000);
     assert_eq!(chain.withdrawable(p1).await?, earned);
     assert_eq!(chain.withdrawable(addr(&s, "p2")?).await?, U256::ZERO);
+    // Four checkpoints, four decisions, each signed by both members.
     assert_eq!(
         chain.withdrawable(addr(&s, "client")?).await?,
-        U256::from(BUDGET) - earned
+        U256::from(BUDGET) - earned - fees(4)
     );
+    assert_fees(&s, 4).await?;
     // Both verifiers accepted every checkpoint.
     for v in ["v1", "v2"] {
         let mut steps: Vec<u64> = votes(&s, v)?
@@ -323,15 +355,29 @@ async fn happy_path_pays_every_step_once_and_refunds_the_rest() -> Result<()> {
         "{st}"
     );
     assert_eq!(st["paid_total"], "0.04", "{st}");
+    assert_eq!(st["fees_total"], "0.008", "{st}");
+    assert_eq!(
+        st["verifier_fees"],
+        json!({ addr(&s, "v1")?.to_string(): "0.004", addr(&s, "v2")?.to_string(): "0.004" }),
+        "{st}"
+    );
     let refund = chain.withdrawable(addr(&s, "client")?).await?;
     assert_eq!(st["refunded"], tokens(refund), "{st}");
-    assert_eq!(st["refunded"], "0.96", "{st}");
+    assert_eq!(st["refunded"], "0.952", "{st}");
     assert_eq!(st["remaining"], "0", "{st}");
     assert_eq!(st["slashed_stake"], json!({}), "{st}");
+    // The committee is the pool's two verifiers, and the chain's record of p1 is clean.
+    let mut committee: Vec<String> = serde_json::from_value(st["committee"].clone())?;
+    committee.sort();
+    let mut want = vec![addr(&s, "v1")?.to_string(), addr(&s, "v2")?.to_string()];
+    want.sort();
+    assert_eq!(committee, want, "{st}");
+    assert_eq!(st["provider_record"]["checkpoints_accepted"], 4, "{st}");
+    assert_eq!(st["provider_record"]["epochs_rejected"], 0, "{st}");
     for line in [
         "status  Completed".to_string(),
         format!("paid  {p1}  0.04"),
-        "refunded  0.96".to_string(),
+        "refunded  0.952".to_string(),
     ] {
         ensure!(text.contains(&line), "{line:?} not in\n{text}");
     }
@@ -428,8 +474,9 @@ async fn killed_provider_is_replaced_and_resumed_from_the_last_accepted_checkpoi
     assert_eq!(c.withdrawable(addr(&s, "p2")?).await?, p2_paid);
     assert_eq!(
         c.withdrawable(addr(&s, "client")?).await?,
-        U256::from(BUDGET) - p1_paid - p2_paid
+        U256::from(BUDGET) - p1_paid - p2_paid - fees(4)
     );
+    assert_fees(&s, 4).await?;
     let accounts: Vec<Address> = ["client", "p2", "p3", "v1", "v2"]
         .iter()
         .map(|n| addr(&s, n))
@@ -490,10 +537,12 @@ async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Resu
     assert_eq!(c.deployer().burned().await?, slashed);
     let p2_paid = U256::from(STEPS * 2_000);
     assert_eq!(c.withdrawable(addr(&s, "p2")?).await?, p2_paid);
+    // The reject (from the budget's slack) and four accepts: five decisions.
     assert_eq!(
         c.withdrawable(addr(&s, "client")?).await?,
-        U256::from(BUDGET) - p2_paid
+        U256::from(BUDGET) - p2_paid - fees(5)
     );
+    assert_fees(&s, 5).await?;
     // The status separates pay, slashed stake and refund.
     let (text, st) = job_status(&s, id).await?;
     println!("{text}");
@@ -509,7 +558,21 @@ async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Resu
         json!({ p1.to_string(): tokens(slashed) }),
         "{st}"
     );
-    assert_eq!(st["refunded"], tokens(U256::from(BUDGET) - p2_paid), "{st}");
+    assert_eq!(
+        st["refunded"],
+        tokens(U256::from(BUDGET) - p2_paid - fees(5)),
+        "{st}"
+    );
+    // The chain's record: p1 rejected and slashed once, so clients rank it last.
+    assert_eq!(st["provider_record"]["checkpoints_accepted"], 4, "{st}");
+    let out = as_node(&s, "p1", &["provider", "status", "--json"]).await?;
+    let p1_status: Value = serde_json::from_str(&out)?;
+    assert_eq!(p1_status["record"]["epochs_rejected"], 1, "{p1_status}");
+    assert_eq!(p1_status["record"]["epochs_slashed"], 1, "{p1_status}");
+    ensure!(
+        p1_status["reputation_score"].as_i64() < Some(0),
+        "{p1_status}"
+    );
     let accounts: Vec<Address> = ["client", "p1", "p2", "picky", "v1", "v2"]
         .iter()
         .map(|n| addr(&s, n))
@@ -617,7 +680,14 @@ async fn checkpoint_of_a_fenced_epoch_gets_no_votes_and_cannot_be_accepted() -> 
         ensure!(!touched, "{v} acted on a fenced epoch's checkpoint");
     }
 
-    // Even with both verifiers' valid signatures, the escrow refuses a fenced epoch.
+    // Even with both verifiers' valid signatures, the escrow refuses a fenced epoch's
+    // checkpoint once the job has moved on from the head it was fenced at (the decision
+    // window pays an ended epoch's next checkpoint only while that head is still the job's).
+    poll_until("epoch 2's first acceptance", JOB_TIMEOUT, async || {
+        Ok(job(&chain, id).await?.lastAcceptedStep > parent)
+    })
+    .await
+    .with_context(|| logs_tail(&s))?;
     let c = s.net.chain()?;
     let domain = c.deployer().domain();
     let mut sigs: Vec<(Address, Sig65)> = Vec::new();
@@ -645,7 +715,10 @@ async fn checkpoint_of_a_fenced_epoch_gets_no_votes_and_cannot_be_accepted() -> 
         .await;
     match r {
         Ok(_) => bail!("the escrow accepted a checkpoint of a fenced epoch"),
-        Err(e) => ensure!(e.revert_name().is_some(), "not a contract refusal: {e}"),
+        Err(e) => ensure!(
+            e.revert_name() == Some("MovedOn"),
+            "not the refusal of a fenced epoch whose head moved: {e}"
+        ),
     }
 
     wait_completed(&s, id).await?;

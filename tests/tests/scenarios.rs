@@ -78,6 +78,10 @@ fn broken_scenarios_name_the_field() -> Result<()> {
     Ok(())
 }
 
+fn of(list: &[(String, String)], name: &str) -> Option<String> {
+    list.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+}
+
 /// Plays the shipped scenario `name` in a fresh run folder; its report and that folder.
 async fn play(name: &str) -> Result<(ScenarioReport, PathBuf)> {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("scenario-{name}"));
@@ -135,9 +139,6 @@ async fn a_byzantine_verifier_is_outvoted_and_nothing_is_slashed() -> Result<()>
         "{}",
         report.text()
     );
-    let of = |list: &[(String, String)], name: &str| {
-        list.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
-    };
     // Every step paid at p1's price, its stake whole, nothing burned.
     ensure!(
         of(&report.withdrawable, "p1").as_deref() == Some("0.04"),
@@ -150,6 +151,16 @@ async fn a_byzantine_verifier_is_outvoted_and_nothing_is_slashed() -> Result<()>
         report.text()
     );
     ensure!(report.burned == "0.00", "{}", report.text());
+    // The two that voted with the outcome earned a fee for each of the 4 decisions; the
+    // byzantine one earned nothing, and the budget is accounted for to the unit.
+    for (v, fee) in [("v1", "0.004"), ("v2", "0.004"), ("v3", "0.00")] {
+        ensure!(
+            of(&report.fees, v).as_deref() == Some(fee),
+            "{v}: {}",
+            report.text()
+        );
+    }
+    ensure!(report.conserved, "{}", report.text());
     // The byzantine verifier did vote against the honest work.
     let record = read_record(&dir.join(RECORD_FILE))?;
     ensure!(
@@ -159,6 +170,52 @@ async fn a_byzantine_verifier_is_outvoted_and_nothing_is_slashed() -> Result<()>
                 Some(gpuchain_testnet::NodeEvent::VotePublished { accept: false, .. })
             )),
         "v3 never voted reject"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hostile_client_can_neither_slash_nor_withhold_pay() -> Result<()> {
+    let (report, dir) = play("hostile-client").await?;
+    ensure!(report.outcome == "completed", "{}", report.text());
+    ensure!(report.last_accepted_step == 40, "{}", report.text());
+    // Every one of the 40 steps paid at p1's price, exactly once; its stake whole.
+    ensure!(
+        of(&report.paid, "p1").as_deref() == Some("0.04")
+            && of(&report.withdrawable, "p1").as_deref() == Some("0.04"),
+        "{}",
+        report.text()
+    );
+    ensure!(
+        of(&report.stakes, "p1").as_deref() == Some("100.00"),
+        "{}",
+        report.text()
+    );
+    ensure!(report.burned == "0.00", "{}", report.text());
+    ensure!(report.conserved, "{}", report.text());
+    // The sybil, if drawn, earned nothing: it never signed with an outcome.
+    ensure!(
+        of(&report.fees, "sybil").as_deref() == Some("0.00"),
+        "{}",
+        report.text()
+    );
+    // The client did end epochs to dodge the accepts, and p1 landed them itself, late.
+    let record = read_record(&dir.join(RECORD_FILE))?;
+    let late_claims = record
+        .iter()
+        .filter(|l| {
+            l.node == "p1"
+                && matches!(
+                    l.node_event(),
+                    Some(gpuchain_testnet::NodeEvent::ClaimSubmitted { late: true, .. })
+                )
+        })
+        .count();
+    ensure!(
+        late_claims >= 1 && report.epochs >= 2,
+        "late claims {late_claims}, epochs {}: {}",
+        report.epochs,
+        report.text()
     );
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use gpuchain_protocol::chain::ChainTx;
-use gpuchain_testnet::{Address, ChainOpts, Testnet, U256, USDC, binary, poll_until};
+use gpuchain_testnet::{ChainOpts, Testnet, U256, USDC, binary, poll_until};
 use serde_json::{Value, json};
 
 const JOB_FILE: &str = r#"
@@ -28,35 +28,16 @@ fn run_dir(tag: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// anvil, a client and two verifiers, with the verifiers' hellos seen by the client.
+/// anvil, a client and two verifiers staked in the escrow's pool.
 async fn setup(tag: &str) -> Result<(Testnet, PathBuf)> {
     let dir = run_dir(tag)?;
     let mut net = Testnet::with_new_chain(&dir, binary()?, ChainOpts::default()).await?;
-    for (name, role) in [("client", "client"), ("v1", "verifier"), ("v2", "verifier")] {
-        let spec = net.role_spec(name, role)?;
-        net.spawn(spec).await?;
+    let spec = net.role_spec("client", "client")?;
+    net.spawn(spec).await?;
+    for name in ["v1", "v2"] {
+        let spec = net.role_spec(name, "verifier")?;
+        net.spawn_verifier(spec).await?;
     }
-    let want: Vec<String> = ["v1", "v2"]
-        .iter()
-        .map(|n| net.node(n).map(|n| n.eth_address().to_string()))
-        .collect::<Result<_>>()?;
-    let client = net.node("client")?;
-    poll_until(
-        "the verifiers' hellos at the client",
-        Duration::from_secs(30),
-        async || {
-            let peers = client.peers().await?;
-            Ok(want.iter().all(|a| {
-                peers.iter().any(|p| {
-                    p["eth_address"].as_str() == Some(a.as_str())
-                        && p["roles"]
-                            .as_array()
-                            .is_some_and(|r| r.iter().any(|r| r == "verifier"))
-                })
-            }))
-        },
-    )
-    .await?;
     let job_file = dir.join("job.toml");
     std::fs::write(&job_file, JOB_FILE)?;
     Ok((net, job_file))
@@ -82,25 +63,22 @@ async fn allowance(net: &Testnet) -> Result<U256> {
 struct Submit {
     budget: String,
     max_price: String,
-    verifiers: Vec<String>,
+    committee: String,
     quorum: String,
+    verifier_fee: String,
     deadline: String,
-    extra: Vec<String>,
 }
 
 impl Submit {
-    fn good(net: &Testnet) -> Result<Self> {
-        Ok(Self {
+    fn good() -> Self {
+        Self {
             budget: "1".into(),
             max_price: "0.005".into(),
-            verifiers: vec![
-                net.node("v1")?.eth_address().to_string(),
-                net.node("v2")?.eth_address().to_string(),
-            ],
+            committee: "2".into(),
             quorum: "2".into(),
+            verifier_fee: "0.001".into(),
             deadline: "3600".into(),
-            extra: Vec::new(),
-        })
+        }
     }
 }
 
@@ -112,10 +90,9 @@ async fn submit(net: &Testnet, job_file: &Path, s: &Submit) -> Result<(bool, Str
         .arg("--spec")
         .arg(job_file)
         .args(["--budget", &s.budget, "--max-price", &s.max_price])
-        .args(["--verifiers", &s.verifiers.join(",")])
-        .args(["--quorum", &s.quorum, "--deadline", &s.deadline])
+        .args(["--committee", &s.committee, "--quorum", &s.quorum])
+        .args(["--verifier-fee", &s.verifier_fee, "--deadline", &s.deadline])
         .args(["--grace", "1"])
-        .args(&s.extra)
         .env_remove("GPUCHAIN_DATA_DIR")
         .output()
         .await?;
@@ -158,15 +135,16 @@ async fn bad_submits_send_nothing_and_status_reads_the_chain() -> Result<()> {
         allowance(&net).await?.is_zero(),
         "an allowance before any job"
     );
-    let v1 = net.node("v1")?.eth_address().to_string();
-    let unknown = Address::repeat_byte(0x42).to_string();
-
     type Edit = Box<dyn Fn(&mut Submit)>;
     let cases: Vec<(&str, Edit, Vec<String>)> = vec![
         (
-            "budget below max price × steps",
+            "budget below what the job can cost",
             Box::new(|s| s.budget = "0.1".into()),
-            vec!["budget 0.1 ".into(), "0.005 × 40 steps = 0.2".into()],
+            // 0.005 × 40 steps + 0.001 × 2 members × 4 checkpoints
+            vec![
+                "budget 0.1 is less than the 0.208 the job can cost".into(),
+                "0.001 × 2 members × 4 checkpoints".into(),
+            ],
         ),
         (
             "deadline 0",
@@ -174,51 +152,41 @@ async fn bad_submits_send_nothing_and_status_reads_the_chain() -> Result<()> {
             vec!["--deadline".into()],
         ),
         (
-            "budget above uint128",
-            Box::new(|s| s.budget = "340282366920938463463374607431768.211456".into()),
+            "budget above 96 bits",
+            Box::new(|s| s.budget = "79228162514264337593543.950336".into()),
             vec![
-                "budget 340282366920938463463374607431768.211456".into(),
+                "budget 79228162514264337593543.950336".into(),
                 "above the escrow's limit".into(),
             ],
         ),
         (
-            "duplicate verifier",
-            Box::new({
-                let v1 = v1.clone();
-                move |s| s.verifiers = vec![v1.clone(), v1.clone()]
-            }),
-            vec![v1.clone(), "listed twice (#1 and #2)".into()],
-        ),
-        (
-            "zero verifier",
-            Box::new(|s| s.verifiers[1] = Address::ZERO.to_string()),
-            vec!["verifier #2 is the zero address".into()],
-        ),
-        (
-            "one verifier",
+            "committee of one",
             Box::new(|s| {
-                s.verifiers.truncate(1);
+                s.committee = "1".into();
                 s.quorum = "1".into();
             }),
-            vec!["at least two verifiers, 1 given".into()],
+            vec!["a committee of 1 verifiers is outside the escrow's 2..=32".into()],
+        ),
+        (
+            "committee larger than the pool",
+            Box::new(|s| {
+                s.committee = "3".into();
+                s.quorum = "2".into();
+            }),
+            vec![
+                "pool has 2 verifiers".into(),
+                "fewer than the committee of 3".into(),
+            ],
         ),
         (
             "quorum 0",
             Box::new(|s| s.quorum = "0".into()),
-            vec!["quorum 0 must be a strict majority of the 2 verifiers".into()],
+            vec!["quorum 0 must be a strict majority of the committee of 2".into()],
         ),
         (
-            "quorum above the verifiers",
+            "quorum above the committee",
             Box::new(|s| s.quorum = "3".into()),
-            vec!["quorum 3 must be a strict majority of the 2 verifiers".into()],
-        ),
-        (
-            "unknown verifier",
-            Box::new({
-                let unknown = unknown.clone();
-                move |s| s.verifiers[1] = unknown.clone()
-            }),
-            vec![unknown.clone(), "--allow-unknown-verifiers".into()],
+            vec!["quorum 3 must be a strict majority of the committee of 2".into()],
         ),
         (
             "negative budget",
@@ -229,6 +197,11 @@ async fn bad_submits_send_nothing_and_status_reads_the_chain() -> Result<()> {
             "negative max price",
             Box::new(|s| s.max_price = "-0.5".into()),
             vec!["--max-price must be positive, got -0.5".into()],
+        ),
+        (
+            "verifier fee above 96 bits",
+            Box::new(|s| s.verifier_fee = "79228162514264337593543.950336".into()),
+            vec!["verifier fee".into(), "above the escrow's limit".into()],
         ),
         (
             // passes every rule, but the client node holds 1000 USDC: the simulation of
@@ -242,7 +215,7 @@ async fn bad_submits_send_nothing_and_status_reads_the_chain() -> Result<()> {
         ),
     ];
     for (what, edit, says) in &cases {
-        let mut s = Submit::good(&net)?;
+        let mut s = Submit::good();
         edit(&mut s);
         let (ok, out, err) = submit(&net, &job_file, &s).await?;
         ensure!(!ok, "{what}: submitted ({out})");
@@ -273,8 +246,9 @@ async fn bad_submits_send_nothing_and_status_reads_the_chain() -> Result<()> {
                 "spec_path": job_file,
                 "budget": U256::from(100_000u64),
                 "max_price_per_step": U256::from(5_000u64),
-                "verifiers": [net.node("v1")?.eth_address(), net.node("v2")?.eth_address()],
+                "committee_size": 2,
                 "quorum": 2,
+                "verifier_fee": U256::from(1_000u64),
                 "deadline_secs": 3600,
                 "grace_secs": 1,
             })),
@@ -282,22 +256,31 @@ async fn bad_submits_send_nothing_and_status_reads_the_chain() -> Result<()> {
         .await?;
     ensure!(code != 200, "the node took a too small budget: {body}");
     ensure!(
-        body.to_string().contains("0.005 × 40 steps = 0.2"),
+        body.to_string()
+            .contains("less than the 0.208 the job can cost"),
         "{body}"
     );
     ensure!(nonce(&net).await? == before, "the node sent a transaction");
 
-    // A good job: exactly approve + createJob, and the approval is spent to the unit.
-    let mut s = Submit::good(&net)?;
+    // A good job: exactly approve + createJob, then the client node draws the committee in a
+    // later block; the approval is spent to the unit.
+    let mut s = Submit::good();
     s.deadline = "30".into();
     let (ok, out, err) = submit(&net, &job_file, &s).await?;
     ensure!(ok, "good submit failed: {err}");
     let id: U256 = out.parse().with_context(|| format!("job id {out:?}"))?;
-    ensure!(nonce(&net).await? == before + 2, "not approve + createJob");
+    let chain = net.chain()?;
+    poll_until("the committee draw", Duration::from_secs(30), async || {
+        Ok(chain.deployer().job(id).await?.status != 5)
+    })
+    .await?;
+    ensure!(
+        nonce(&net).await? == before + 3,
+        "not approve + createJob + drawCommittee"
+    );
     ensure!(allowance(&net).await?.is_zero(), "allowance left over");
 
     // No provider: past deadline + grace anyone may expire it, and it refunds everything.
-    let chain = net.chain()?;
     chain.rpc("evm_increaseTime", json!([120])).await?;
     chain.rpc("evm_mine", json!([])).await?;
     poll_until("the job to expire", Duration::from_secs(30), async || {

@@ -154,6 +154,11 @@ pub struct EscrowParams {
     pub max_duration: u64,
     /// The longest grace after the deadline a job may ask for, in seconds.
     pub max_grace: u64,
+    /// Seconds after the client ends an epoch during which a quorum's accept of its next
+    /// checkpoint still lands and pays its provider.
+    pub decision_window: u64,
+    /// Verifier stake that puts an account in the pool committees are drawn from.
+    pub min_verifier_stake: U256,
 }
 
 /// Deploys [`JobEscrow`] from the provider's default sender: providers stake `stake_token`
@@ -172,6 +177,8 @@ where
         unbond_delay,
         max_duration,
         max_grace,
+        decision_window,
+        min_verifier_stake,
     } = params;
     JobEscrow::deploy(
         provider,
@@ -180,6 +187,8 @@ where
         unbond_delay,
         max_duration,
         max_grace,
+        decision_window,
+        min_verifier_stake,
     )
     .await
     .map_err(|source| Error::Deploy {

@@ -1,8 +1,14 @@
 //! The chain client and event follower against a real anvil (the npm-installed one) and the
-//! real contracts: a job end to end through `ChainTx` (bids signed over the job's terms, the
-//! refund settled), balances to the unit and gas to the wei, the exact event sequence, a
-//! reject's slash burned, a provider resigning, a follower restarted from its cursor, the
-//! named errors (unreachable RPC, unfunded account, custom reverts), and nonce recovery.
+//! real contracts: a verifier pool staked, unbonded and withdrawn through the client, a job
+//! end to end through `ChainTx` (its committee drawn in a later block, bids signed over the
+//! job's terms, accepts signed by subsets of the committee, fees charged per signer and
+//! credited by the settle), balances to the unit and gas to the wei, the exact event
+//! sequence (voters, fees, `CommitteeDrawn`, `CommitteeSeedMoved`, a late accept that
+//! supersedes a live epoch), rejects with and without the whole committee (only the
+//! unanimous one slashes, and the slash is burned), a provider resigning, a follower
+//! restarted from its cursor, the createJob preflight's refusals (committee size, quorum,
+//! the chain's pool, the budget with fees), the named errors (unreachable RPC, unfunded
+//! account, custom reverts), and nonce recovery.
 //! Long because the tests share one anvil fixture and its helpers, kept beside them.
 
 use std::time::Duration;
@@ -19,9 +25,13 @@ use gpuchain_contracts::chain::{
 use gpuchain_contracts::{EscrowParams, Toolchain, deploy_job_escrow, deploy_test_usdc};
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason};
 use gpuchain_protocol::eip712::{BidFields, VoteFields};
+use gpuchain_protocol::escrow::{draw, draw_seed};
 use gpuchain_protocol::{Sig65, SigningKey};
 
 const MIN_STAKE: u64 = 100_000_000;
+const MIN_VERIFIER_STAKE: u64 = 50_000_000;
+const UNBOND_DELAY: u64 = 3_600;
+const DECISION_WINDOW: u64 = 120;
 /// The deployment's limits: a week to the deadline, a day of grace.
 const MAX_DURATION: u64 = 7 * 86_400;
 const MAX_GRACE: u64 = 86_400;
@@ -30,10 +40,20 @@ const PRICE: u64 = 1_000;
 const MAX_PRICE: u64 = 10 * PRICE;
 const TOTAL_STEPS: u64 = 400;
 const INTERVAL: u64 = 50;
+const COMMITTEE: u8 = 3;
 const QUORUM: u8 = 2;
+/// What each signer of a decision earns: 0.002 USDC.
+const FEE: u64 = 2_000;
 const GRACE: u64 = 3_600;
+const DEADLINE_IN: u64 = 86_400;
 const CLIENT_FUNDS: u64 = 10_000_000;
 const PROVIDER_FUNDS: u64 = 200_000_000;
+/// The anvil keys of the verifier pool, in registration order: with a client outside the
+/// pool, every committee of three is this pool in the order the draw picks.
+const POOL: [usize; 3] = [5, 6, 7];
+/// Who signs the two accepts of [`open_job`]'s job, by committee position.
+const FIRST_SIGNERS: [usize; 2] = [0, 2];
+const FINAL_SIGNERS: [usize; 3] = [0, 1, 2];
 
 /// A fresh anvil with the escrow and test USDC deployed; anvil is killed on drop.
 struct Chain {
@@ -44,7 +64,23 @@ struct Chain {
 }
 
 impl Chain {
+    /// The contracts, and the verifier pool ([`POOL`]) staked at the minimum.
     async fn start() -> Result<Self> {
+        let chain = Self::bare().await?;
+        for key in POOL {
+            let verifier = chain.client(key).await?;
+            verifier
+                .mint(verifier.address(), U256::from(MIN_VERIFIER_STAKE))
+                .await?;
+            verifier
+                .register_verifier(U256::from(MIN_VERIFIER_STAKE))
+                .await?;
+        }
+        Ok(chain)
+    }
+
+    /// The contracts only: nobody staked.
+    async fn bare() -> Result<Self> {
         let anvil = Toolchain::from_build_checkout()
             .anvil_builder()?
             .try_spawn()
@@ -56,9 +92,11 @@ impl Chain {
         let usdc = *deploy_test_usdc(&deployer).await?.address();
         let params = EscrowParams {
             min_stake: U256::from(MIN_STAKE),
-            unbond_delay: 3_600,
+            unbond_delay: UNBOND_DELAY,
             max_duration: MAX_DURATION,
             max_grace: MAX_GRACE,
+            decision_window: DECISION_WINDOW,
+            min_verifier_stake: U256::from(MIN_VERIFIER_STAKE),
         };
         let escrow = *deploy_job_escrow(&deployer, usdc, params).await?.address();
         Ok(Self {
@@ -82,6 +120,16 @@ impl Chain {
         Ok(SigningKey::from_bytes(&self.keys[key].to_bytes().0)?)
     }
 
+    /// The protocol key of the anvil account at `address`.
+    fn key_of(&self, address: Address) -> Result<SigningKey> {
+        let index = self
+            .keys
+            .iter()
+            .position(|k| k.address() == address)
+            .with_context(|| format!("{address} is no anvil account"))?;
+        self.protocol_key(index)
+    }
+
     fn raw(&self) -> impl Provider + use<> {
         ProviderBuilder::new().connect_http(self.anvil.endpoint_url())
     }
@@ -98,18 +146,40 @@ impl Chain {
         let _: serde_json::Value = self.raw().raw_request("evm_mine".into(), ()).await?;
         Ok(())
     }
-}
 
-/// Verifiers sign with keys of their own; they never send a transaction.
-fn verifier_keys() -> Vec<SigningKey> {
-    vec![SigningKey::from_seed(101), SigningKey::from_seed(102)]
-}
+    /// Mines `blocks` empty blocks at once, without moving the clock.
+    async fn mine_blocks(&self, blocks: u64) -> Result<()> {
+        let _: serde_json::Value = self
+            .raw()
+            .raw_request(
+                "anvil_mine".into(),
+                (format!("{blocks:#x}"), "0x0".to_string()),
+            )
+            .await?;
+        Ok(())
+    }
 
-fn verifiers() -> Vec<Address> {
-    let mut v: Vec<Address> = verifier_keys().iter().map(SigningKey::address).collect();
-    // a third listed verifier that never votes: the quorum is 2 of 3
-    v.push(SigningKey::from_seed(103).address());
-    v
+    async fn advance(&self, seconds: u64) -> Result<()> {
+        let _: serde_json::Value = self
+            .raw()
+            .raw_request("evm_increaseTime".into(), (seconds,))
+            .await?;
+        self.mine().await
+    }
+
+    async fn block_hash(&self, number: u64) -> Result<B256> {
+        Ok(self
+            .raw()
+            .get_block_by_number(number.into())
+            .await?
+            .context("block")?
+            .header
+            .hash)
+    }
+
+    fn pool(&self) -> Vec<Address> {
+        POOL.iter().map(|k| self.keys[*k].address()).collect()
+    }
 }
 
 fn spec_hash() -> B256 {
@@ -128,47 +198,80 @@ fn create_job(chain: &Chain, now: u64) -> ChainTx {
         total_steps: TOTAL_STEPS,
         checkpoint_interval: INTERVAL,
         spec_hash: spec_hash(),
-        verifiers: verifiers(),
+        committee_size: COMMITTEE,
         quorum: QUORUM,
-        deadline: now + 86_400,
+        verifier_fee: U256::from(FEE),
+        deadline: now + DEADLINE_IN,
         grace: GRACE,
     }
 }
 
-/// `acceptCheckpoint` for `step` of epoch 1.
-fn accept(client: &ChainClient, job_id: U256, step: u64) -> ChainTx {
-    let vote = VoteFields {
-        job_id,
-        epoch: 1,
-        step,
-        checkpoint_hash: checkpoint(step),
-        accept: true,
-    };
-    let mut keys = verifier_keys();
-    keys.sort_by_key(SigningKey::address);
-    let sigs: Vec<Sig65> = keys
-        .iter()
-        .map(|k| vote.sign(&client.domain(), k))
-        .collect();
-    ChainTx::AcceptCheckpoint {
-        job_id,
-        epoch: 1,
-        step,
-        checkpoint_hash: checkpoint(step),
-        sigs,
-    }
-}
-
-/// A job opened by [`open_job`], with the gas each side paid on the way.
+/// A job opened by [`open_job`], with its committee and the gas each side paid on the way.
 struct Job {
     id: U256,
     deadline: u64,
+    seed_block: u64,
+    /// In draw order, and each member's key at the same position.
+    committee: Vec<Address>,
+    member_keys: Vec<SigningKey>,
     client_fees: U256,
     provider_fees: U256,
 }
 
-/// Funds both parties, creates the job, stakes the provider and assigns it epoch 1 with a
-/// Bid signed by the protocol crate.
+impl Job {
+    /// The committee's votes on `step` of `epoch`, signed by the members at `members`
+    /// (committee positions), in that order.
+    fn votes(
+        &self,
+        client: &ChainClient,
+        epoch: u64,
+        step: u64,
+        accept: bool,
+        members: &[usize],
+    ) -> Vec<Sig65> {
+        let vote = VoteFields {
+            job_id: self.id,
+            epoch,
+            step,
+            checkpoint_hash: checkpoint(step),
+            accept,
+        };
+        members
+            .iter()
+            .map(|i| vote.sign(&client.domain(), &self.member_keys[*i]))
+            .collect()
+    }
+
+    fn accept(&self, client: &ChainClient, epoch: u64, step: u64, members: &[usize]) -> ChainTx {
+        ChainTx::AcceptCheckpoint {
+            job_id: self.id,
+            epoch,
+            step,
+            checkpoint_hash: checkpoint(step),
+            sigs: self.votes(client, epoch, step, true, members),
+        }
+    }
+
+    fn reject(&self, client: &ChainClient, epoch: u64, step: u64, members: &[usize]) -> ChainTx {
+        ChainTx::RejectCheckpoint {
+            job_id: self.id,
+            epoch,
+            step,
+            checkpoint_hash: checkpoint(step),
+            sigs: self.votes(client, epoch, step, false, members),
+        }
+    }
+}
+
+/// The `voters` bit set of the members at `members`.
+fn voters(members: &[usize]) -> U256 {
+    members
+        .iter()
+        .fold(U256::ZERO, |v, i| v | (U256::from(1) << *i))
+}
+
+/// Funds both parties, creates the job, has a third account draw its committee in a later
+/// block, stakes the provider and assigns it epoch 1 with a Bid signed by the protocol crate.
 async fn open_job(
     chain: &Chain,
     client: &ChainClient,
@@ -184,12 +287,37 @@ async fn open_job(
     let now = client.block_time().await?;
     let created = client.submit(&create_job(chain, now)).await?;
     let id = created.job_id.context("createJob reports the job id")?;
+    let view = client.job(id).await?;
+    assert_eq!(view.status, 5, "Drawing");
+    assert_eq!(view.seedBlock, created.block_number);
+    // Anyone may draw, in a later block: a third account does.
+    let drawer = chain.client(3).await?;
+    let drawn = drawer
+        .submit(&ChainTx::DrawCommittee { job_id: id })
+        .await?;
+    assert!(drawn.block_number > created.block_number);
+    let view = client.job(id).await?;
+    assert_eq!(view.status, 1, "Open");
+    let seed = draw_seed(chain.block_hash(created.block_number).await?, id);
+    let expected = draw(
+        seed,
+        &chain.pool(),
+        client.address(),
+        usize::from(COMMITTEE),
+    )
+    .context("the pool holds a committee")?;
+    assert_eq!(view.committee, expected, "the chain's draw is the Rust one");
+    let member_keys = view
+        .committee
+        .iter()
+        .map(|a| chain.key_of(*a))
+        .collect::<Result<Vec<_>>>()?;
     let registered = provider.register(U256::from(MIN_STAKE)).await?;
 
     // The provider signs over the terms it read from the chain.
     let bid = BidFields {
         job_id: id,
-        terms: client.job(id).await?.terms,
+        terms: view.terms,
         epoch: 1,
         provider: provider.address(),
         price_per_step: U256::from(PRICE),
@@ -207,7 +335,10 @@ async fn open_job(
         .await?;
     Ok(Job {
         id,
-        deadline: now + 86_400,
+        deadline: now + DEADLINE_IN,
+        seed_block: created.block_number,
+        committee: view.committee,
+        member_keys,
         client_fees: m1.fee + m2.fee + created.fee + assigned.fee,
         provider_fees: registered.fee,
     })
@@ -231,6 +362,27 @@ async fn follow_until(
     Ok(seen)
 }
 
+fn created_event(chain: &Chain, client: Address, job: &Job) -> ChainEvent {
+    ChainEvent::JobCreated {
+        job_id: job.id,
+        client,
+        token: chain.usdc,
+        budget: U256::from(BUDGET),
+        max_price_per_step: U256::from(MAX_PRICE),
+        total_steps: TOTAL_STEPS,
+        checkpoint_interval: INTERVAL,
+        spec_hash: spec_hash(),
+        committee_size: COMMITTEE,
+        quorum: QUORUM,
+        verifier_fee: U256::from(FEE),
+        deadline: job.deadline,
+        grace: GRACE,
+        seed_block: job.seed_block,
+    }
+}
+
+/// The events of [`open_job`]'s job accepted at 150 by [`FIRST_SIGNERS`] and at the final
+/// step by [`FINAL_SIGNERS`].
 fn expected_events(
     chain: &Chain,
     client: Address,
@@ -238,20 +390,15 @@ fn expected_events(
     job: &Job,
 ) -> Vec<ChainEvent> {
     let id = job.id;
+    let created = created_event(chain, client, job);
+    let terms = created.terms_with(&job.committee).unwrap_or(B256::ZERO);
+    let fees = U256::from((FIRST_SIGNERS.len() + FINAL_SIGNERS.len()) as u64 * FEE);
     vec![
-        ChainEvent::JobCreated {
+        created,
+        ChainEvent::CommitteeDrawn {
             job_id: id,
-            client,
-            token: chain.usdc,
-            budget: U256::from(BUDGET),
-            max_price_per_step: U256::from(MAX_PRICE),
-            total_steps: TOTAL_STEPS,
-            checkpoint_interval: INTERVAL,
-            spec_hash: spec_hash(),
-            verifiers: verifiers(),
-            quorum: QUORUM,
-            deadline: job.deadline,
-            grace: GRACE,
+            committee: job.committee.clone(),
+            terms,
         },
         ChainEvent::ProviderAssigned {
             job_id: id,
@@ -268,6 +415,8 @@ fn expected_events(
             checkpoint_hash: checkpoint(150),
             provider,
             amount: U256::from(150 * PRICE),
+            voters: voters(&FIRST_SIGNERS),
+            fees: U256::from(FIRST_SIGNERS.len() as u64 * FEE),
         },
         ChainEvent::CheckpointAccepted {
             job_id: id,
@@ -276,6 +425,8 @@ fn expected_events(
             checkpoint_hash: checkpoint(TOTAL_STEPS),
             provider,
             amount: U256::from(250 * PRICE),
+            voters: voters(&FINAL_SIGNERS),
+            fees: U256::from(FINAL_SIGNERS.len() as u64 * FEE),
         },
         ChainEvent::EpochEnded {
             job_id: id,
@@ -284,7 +435,7 @@ fn expected_events(
         },
         ChainEvent::JobCompleted {
             job_id: id,
-            refund: U256::from(BUDGET - TOTAL_STEPS * PRICE),
+            refund: U256::from(BUDGET - TOTAL_STEPS * PRICE) - fees,
         },
     ]
 }
@@ -325,10 +476,13 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
     assert_eq!((view.epoch, view.provider), (1, provider.address()));
     let terms = view.terms;
 
-    // Anyone may submit a quorum: here a third account does.
-    let first = relayer.submit(&accept(&relayer, job.id, 150)).await?;
+    // Anyone may submit a quorum: here a third account does. Two of the three sign the
+    // first accept, all three the final one; each signer earns the fee.
+    let first = relayer
+        .submit(&job.accept(&relayer, 1, 150, &FIRST_SIGNERS))
+        .await?;
     let last = relayer
-        .submit(&accept(&relayer, job.id, TOTAL_STEPS))
+        .submit(&job.accept(&relayer, 1, TOTAL_STEPS, &FINAL_SIGNERS))
         .await?;
     assert!(last.block_number > first.block_number);
     let view = client.job(job.id).await?;
@@ -336,17 +490,21 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
     assert_eq!(view.lastAcceptedStep, TOTAL_STEPS);
 
     let paid = U256::from(TOTAL_STEPS * PRICE);
-    let refund = U256::from(BUDGET) - paid;
+    // Decisions each member earned a fee for, by committee position: 2, 1, 2.
+    let decisions = [2u64, 1, 2];
+    let fees = U256::from(decisions.iter().sum::<u64>() * FEE);
+    let refund = U256::from(BUDGET) - paid - fees;
     assert_eq!(
         client.withdrawable(provider.address(), chain.usdc).await?,
         paid
     );
-    // Completion leaves the rest in the job: the client's refund waits for `settle`.
+    // Completion leaves the rest in the job: the client's refund and the fees wait for
+    // `settle`.
     assert_eq!(view.remaining, refund);
-    assert_eq!(
-        client.withdrawable(client.address(), chain.usdc).await?,
-        U256::ZERO
-    );
+    assert!(!view.settled);
+    for who in job.committee.iter().chain([&client.address()]) {
+        assert_eq!(client.withdrawable(*who, chain.usdc).await?, U256::ZERO);
+    }
     assert_eq!(provider.stake_of(provider.address()).await?.live_epochs, 0);
     // Anyone may settle, once: here the relayer does.
     let settled = relayer.submit(&ChainTx::Settle { job_id: job.id }).await?;
@@ -355,17 +513,41 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
         .await
         .expect_err("settled already");
     assert_eq!(err.revert_name(), Some("NothingToSettle"), "{err}");
-    assert_eq!(client.job(job.id).await?.remaining, U256::ZERO);
+    let view = client.job(job.id).await?;
+    assert_eq!(view.remaining, U256::ZERO);
+    assert!(view.settled);
     assert_eq!(
         client.withdrawable(client.address(), chain.usdc).await?,
         refund
     );
+    for (member, n) in job.committee.iter().zip(decisions) {
+        assert_eq!(
+            client.withdrawable(*member, chain.usdc).await?,
+            U256::from(n * FEE)
+        );
+    }
     let w1 = provider
         .submit(&ChainTx::Withdraw { token: chain.usdc })
         .await?;
     let w2 = client
         .submit(&ChainTx::Withdraw { token: chain.usdc })
         .await?;
+    for (member, n) in job.committee.iter().zip(decisions) {
+        let index = chain
+            .keys
+            .iter()
+            .position(|k| k.address() == *member)
+            .context("a member's key")?;
+        let verifier = chain.client(index).await?;
+        verifier
+            .submit(&ChainTx::Withdraw { token: chain.usdc })
+            .await?;
+        assert_eq!(
+            client.token_balance(*member).await?,
+            U256::from(n * FEE),
+            "its stake is in the escrow, its fees in its wallet"
+        );
+    }
 
     let stake = U256::from(MIN_STAKE);
     assert_eq!(
@@ -374,17 +556,16 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
     );
     assert_eq!(
         client.token_balance(client.address()).await?,
-        U256::from(CLIENT_FUNDS) - paid
-    );
-    assert_eq!(client.token_balance(chain.escrow).await?, stake);
-    assert_eq!(
-        client.withdrawable(provider.address(), chain.usdc).await?,
-        U256::ZERO
+        U256::from(CLIENT_FUNDS) - paid - fees
     );
     assert_eq!(
-        client.withdrawable(client.address(), chain.usdc).await?,
-        U256::ZERO
+        client.token_balance(chain.escrow).await?,
+        stake + U256::from(3 * MIN_VERIFIER_STAKE),
+        "only the stakes stay in escrow"
     );
+    for who in [provider.address(), client.address()] {
+        assert_eq!(client.withdrawable(who, chain.usdc).await?, U256::ZERO);
+    }
     // Gas to the wei: every fee the client reported, approvals included, and nothing else.
     assert_eq!(
         client.eth_balance(client.address()).await?,
@@ -408,14 +589,14 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
     });
     assert_eq!(events, expected);
     // A node that only read the log signs bids over the same terms as the chain keeps.
-    assert_eq!(events[0].terms_hash(), Some(terms));
-    assert_eq!(seen[6].block_number, settled.block_number);
-    assert_eq!(seen[2].block_number, first.block_number);
-    assert_eq!(seen[2].tx_hash, Some(first.hash));
-    assert_eq!(seen[3].block_number, last.block_number);
-    // Completion is three logs of one transaction, in log order.
+    assert_eq!(events[0].terms_with(&job.committee), Some(terms));
+    assert_eq!(seen[7].block_number, settled.block_number);
+    assert_eq!(seen[3].block_number, first.block_number);
+    assert_eq!(seen[3].tx_hash, Some(first.hash));
     assert_eq!(seen[4].block_number, last.block_number);
-    assert!(seen[3].log_index < seen[4].log_index && seen[4].log_index < seen[5].log_index);
+    // Completion is three logs of one transaction, in log order.
+    assert_eq!(seen[5].block_number, last.block_number);
+    assert!(seen[4].log_index < seen[5].log_index && seen[5].log_index < seen[6].log_index);
     let raw = chain.raw();
     for e in &seen {
         let block = raw
@@ -428,7 +609,8 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
             gpuchain_protocol::Input::Chain { block_time, .. } if block_time == e.block_timestamp
         ));
     }
-    // Withdrawals are no protocol input, nor a failed settle: nothing more arrives.
+    // Withdrawals and fee credits are no protocol input, nor a failed settle: nothing more
+    // arrives.
     let batch = follower.poll().await?;
     assert!(batch.events.is_empty(), "{:?}", batch.events);
 
@@ -436,12 +618,21 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
     let money = client.job_money(job.id, 0).await?;
     assert_eq!(money.status_name(), "Completed");
     assert_eq!(money.deposit, U256::from(BUDGET));
+    assert_eq!(money.committee, job.committee);
     assert_eq!(money.paid.len(), 1);
     assert_eq!(money.paid_to(provider.address()), paid);
+    for (member, n) in job.committee.iter().zip(decisions) {
+        assert_eq!(money.fees_to(*member), U256::from(n * FEE));
+    }
+    assert_eq!(money.fees_total(), fees);
     assert_eq!(money.refunded, refund);
     assert_eq!(money.remaining, U256::ZERO);
     assert!(money.slashed.is_empty());
     assert!(money.conserved());
+    assert_eq!(
+        money.paid_total() + money.fees_total() + money.refunded + money.remaining,
+        money.deposit
+    );
     assert_eq!(money.created_block, seen[0].block_number);
     // from the creation block on reads the same; after it the job is not found
     assert_eq!(client.job_money(job.id, money.created_block).await?, money);
@@ -453,24 +644,36 @@ async fn job_end_to_end_through_chain_tx() -> Result<()> {
     Ok(())
 }
 
-/// A quorum of votes on `step` of `epoch`, signed by the protocol crate, sorted by signer.
-fn quorum(client: &ChainClient, job_id: U256, epoch: u64, step: u64, accept: bool) -> Vec<Sig65> {
-    let vote = VoteFields {
-        job_id,
+/// A bid of `provider` for `epoch` of the job, at `price`.
+async fn assign_tx(
+    chain: &Chain,
+    client: &ChainClient,
+    job: &Job,
+    provider_key: usize,
+    epoch: u64,
+    price: u64,
+) -> Result<ChainTx> {
+    let now = client.block_time().await?;
+    let provider = chain.keys[provider_key].address();
+    let bid = BidFields {
+        job_id: job.id,
+        terms: client.job(job.id).await?.terms,
         epoch,
-        step,
-        checkpoint_hash: checkpoint(step),
-        accept,
+        provider,
+        price_per_step: U256::from(price),
+        expiry: now + 600,
     };
-    let mut keys = verifier_keys();
-    keys.sort_by_key(SigningKey::address);
-    keys.iter()
-        .map(|k| vote.sign(&client.domain(), k))
-        .collect()
+    Ok(ChainTx::Assign {
+        job_id: job.id,
+        provider,
+        price_per_step: bid.price_per_step,
+        bid_expiry: bid.expiry,
+        bid_signature: bid.sign(&client.domain(), &chain.protocol_key(provider_key)?),
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_reject_and_expire_reach_the_follower() -> Result<()> {
+async fn late_accept_rejects_and_expire_reach_the_follower() -> Result<()> {
     let chain = Chain::start().await?;
     let client = chain.client(1).await?;
     let provider = chain.client(2).await?;
@@ -478,55 +681,61 @@ async fn release_reject_and_expire_reach_the_follower() -> Result<()> {
     let mut follower = EventFollower::open(&client, fast(cursor_dir.path())).await?;
     let job = open_job(&chain, &client, &provider, 2).await?;
     let id = job.id;
+    let p = provider.address();
 
+    // The client ends epoch 1 and assigns epoch 2; epoch 1's next checkpoint, accepted by a
+    // quorum within the decision window, is still paid to its provider and supersedes
+    // epoch 2 (which started from the old head).
     client
         .submit(&ChainTx::ReleaseProvider { job_id: id })
         .await?;
-    assert_eq!(provider.stake_of(provider.address()).await?.live_epochs, 0);
+    assert_eq!(provider.stake_of(p).await?.live_epochs, 0);
+    let record = gpuchain_contracts::JobEscrow::new(chain.escrow, chain.raw())
+        .closedEpoch(id, 1)
+        .call()
+        .await?;
+    assert_eq!((record.provider, record.stepAtEnd), (p, 0));
+    client
+        .submit(&assign_tx(&chain, &client, &job, 2, 2, 2 * PRICE).await?)
+        .await?;
+    let late = job.accept(&client, 1, INTERVAL, &[1, 2]);
+    client.submit(&late).await?;
+    let view = client.job(id).await?;
+    assert_eq!((view.status, view.lastAcceptedStep), (1, INTERVAL), "Open");
+    assert_eq!(provider.stake_of(p).await?.live_epochs, 0);
+    // Once: the record is used up.
+    let err = client.submit(&late).await.expect_err("used up");
+    assert_eq!(err.revert_name(), Some("WrongStatus"), "{err}");
 
-    // Epoch 2: the provider's bid names the epoch the assignment opens, over the terms of
-    // the job as its `JobCreated` log announced them.
-    let now = client.block_time().await?;
-    let created = expected_events(&chain, client.address(), provider.address(), &job)[0].clone();
-    let terms = created.terms_hash().context("a JobCreated has terms")?;
-    assert_eq!(terms, client.job(id).await?.terms);
-    let bid = BidFields {
-        job_id: id,
-        terms,
-        epoch: 2,
-        provider: provider.address(),
-        price_per_step: U256::from(2 * PRICE),
-        expiry: now + 600,
-    };
+    // Epoch 3: a quorum that is not the whole committee rejects: the epoch ends, nothing
+    // is slashed, and the two signers earn their fees (the budget has slack for them).
     client
-        .submit(&ChainTx::Assign {
-            job_id: id,
-            provider: provider.address(),
-            price_per_step: bid.price_per_step,
-            bid_expiry: bid.expiry,
-            bid_signature: bid.sign(&client.domain(), &chain.protocol_key(2)?),
-        })
+        .submit(&assign_tx(&chain, &client, &job, 2, 3, 2 * PRICE).await?)
         .await?;
+    client
+        .submit(&job.reject(&client, 3, 2 * INTERVAL, &[0, 2]))
+        .await?;
+    assert_eq!(provider.stake_of(p).await?.bonded, U256::from(MIN_STAKE));
     assert_eq!(client.burned().await?, U256::ZERO);
+
+    // Epoch 4: the whole committee rejects: minStake is slashed and burned.
     client
-        .submit(&ChainTx::RejectCheckpoint {
-            job_id: id,
-            epoch: 2,
-            step: INTERVAL,
-            checkpoint_hash: checkpoint(INTERVAL),
-            sigs: quorum(&client, id, 2, INTERVAL, false),
-        })
+        .submit(&assign_tx(&chain, &client, &job, 2, 4, 2 * PRICE).await?)
         .await?;
-    let stake = provider.stake_of(provider.address()).await?;
+    client
+        .submit(&job.reject(&client, 4, 2 * INTERVAL, &[2, 1, 0]))
+        .await?;
+    let stake = provider.stake_of(p).await?;
     assert_eq!(
         (stake.bonded, stake.unbonding, stake.live_epochs),
         (U256::ZERO, U256::ZERO, 0)
     );
     // The slash is burned: the escrow keeps it and credits it to no one.
     assert_eq!(client.burned().await?, U256::from(MIN_STAKE));
-    for who in [client.address(), provider.address()] {
-        assert_eq!(client.withdrawable(who, chain.usdc).await?, U256::ZERO);
-    }
+    assert_eq!(
+        client.withdrawable(client.address(), chain.usdc).await?,
+        U256::ZERO
+    );
 
     // Too early to expire: the contract says until when.
     let err = client
@@ -534,87 +743,135 @@ async fn release_reject_and_expire_reach_the_follower() -> Result<()> {
         .await
         .expect_err("deadline + grace not reached");
     assert_eq!(err.revert_name(), Some("TooEarly"), "{err}");
-    let _: serde_json::Value = chain
-        .raw()
-        .raw_request("evm_increaseTime".into(), (86_400 + GRACE + 10,))
-        .await?;
-    chain.mine().await?;
+    chain.advance(DEADLINE_IN + GRACE + 10).await?;
     client.submit(&ChainTx::Expire { job_id: id }).await?;
 
-    // The whole budget comes back and nothing more: the client gets nothing from the reject,
-    // and the burned stake is all the escrow still holds.
+    // Fees by committee position: the late accept (1, 2), the first reject (0, 2), the
+    // unanimous one (all).
+    let decisions = [2u64, 2, 3];
+    let fees = U256::from(7 * FEE);
+    let paid = U256::from(INTERVAL * PRICE);
+    let refund = U256::from(BUDGET) - paid - fees;
+    for (member, n) in job.committee.iter().zip(decisions) {
+        assert_eq!(
+            client.withdrawable(*member, chain.usdc).await?,
+            U256::from(n * FEE)
+        );
+    }
+    assert_eq!(client.withdrawable(p, chain.usdc).await?, paid);
+    // The rest of the budget comes back and nothing more: the client gets nothing from the
+    // rejects.
     let before = client.token_balance(client.address()).await?;
     client
         .submit(&ChainTx::Withdraw { token: chain.usdc })
         .await?;
     assert_eq!(
         client.token_balance(client.address()).await?,
-        before + U256::from(BUDGET)
-    );
-    assert_eq!(
-        client.token_balance(chain.escrow).await?,
-        U256::from(MIN_STAKE)
+        before + refund
     );
     assert_eq!(client.burned().await?, U256::from(MIN_STAKE));
-    let err = provider
-        .submit(&ChainTx::Withdraw { token: chain.usdc })
-        .await
-        .expect_err("the provider is owed nothing");
-    assert_eq!(err.revert_name(), Some("NothingToWithdraw"), "{err}");
 
     let seen = follow_until(&mut follower, Duration::from_secs(10), |e| {
         matches!(e, ChainEvent::JobExpired { .. })
     })
     .await?;
-    let all = expected_events(&chain, client.address(), provider.address(), &job);
-    let provider_address = provider.address();
+    let all = expected_events(&chain, client.address(), p, &job);
+    let assigned =
+        |epoch: u64, start_step: u64, start_checkpoint: B256| ChainEvent::ProviderAssigned {
+            job_id: id,
+            epoch,
+            provider: p,
+            price_per_step: U256::from(2 * PRICE),
+            start_step,
+            start_checkpoint,
+        };
+    let ended = |epoch: u64, reason: EpochEndReason| ChainEvent::EpochEnded {
+        job_id: id,
+        epoch,
+        reason,
+    };
+    let rejected = |epoch: u64, members: &[usize], slashed: u64| ChainEvent::CheckpointRejected {
+        job_id: id,
+        epoch,
+        step: 2 * INTERVAL,
+        checkpoint_hash: checkpoint(2 * INTERVAL),
+        provider: p,
+        slashed: U256::from(slashed),
+        voters: voters(members),
+        fees: U256::from(members.len() as u64 * FEE),
+    };
     assert_eq!(
         seen.into_iter().map(|e| e.event).collect::<Vec<_>>(),
         vec![
             all[0].clone(),
             all[1].clone(),
-            ChainEvent::EpochEnded {
+            all[2].clone(),
+            ended(1, EpochEndReason::Released),
+            assigned(2, 0, spec_hash()),
+            ChainEvent::CheckpointAccepted {
                 job_id: id,
                 epoch: 1,
-                reason: EpochEndReason::Released,
-            },
-            ChainEvent::ProviderAssigned {
-                job_id: id,
-                epoch: 2,
-                provider: provider_address,
-                price_per_step: U256::from(2 * PRICE),
-                start_step: 0,
-                start_checkpoint: spec_hash(),
-            },
-            ChainEvent::CheckpointRejected {
-                job_id: id,
-                epoch: 2,
                 step: INTERVAL,
                 checkpoint_hash: checkpoint(INTERVAL),
-                provider: provider_address,
-                slashed: U256::from(MIN_STAKE),
+                provider: p,
+                // at epoch 1's price, not epoch 2's
+                amount: paid,
+                voters: voters(&[1, 2]),
+                fees: U256::from(2 * FEE),
             },
-            ChainEvent::EpochEnded {
-                job_id: id,
-                epoch: 2,
-                reason: EpochEndReason::Rejected,
-            },
-            ChainEvent::JobExpired {
-                job_id: id,
-                refund: U256::from(BUDGET),
-            },
+            ended(2, EpochEndReason::Superseded),
+            assigned(3, INTERVAL, checkpoint(INTERVAL)),
+            rejected(3, &[0, 2], 0),
+            ended(3, EpochEndReason::Rejected),
+            assigned(4, INTERVAL, checkpoint(INTERVAL)),
+            rejected(4, &[2, 1, 0], MIN_STAKE),
+            ended(4, EpochEndReason::Rejected),
+            ChainEvent::JobExpired { job_id: id, refund },
         ]
     );
     let money = client.job_money(id, 0).await?;
     assert_eq!(money.status_name(), "Expired");
-    assert_eq!(money.paid_total(), U256::ZERO);
-    assert_eq!(money.refunded, U256::from(BUDGET));
+    assert_eq!(money.paid_to(p), paid);
+    assert_eq!(money.refunded, refund);
+    assert_eq!(money.fees_total(), fees);
+    for (member, n) in job.committee.iter().zip(decisions) {
+        assert_eq!(money.fees_to(*member), U256::from(n * FEE));
+    }
     assert_eq!(money.slashed_total(), U256::from(MIN_STAKE));
-    assert_eq!(
-        money.slashed.get(&provider_address),
-        Some(&U256::from(MIN_STAKE))
-    );
+    assert_eq!(money.slashed.get(&p), Some(&U256::from(MIN_STAKE)));
+    assert_eq!(money.remaining, U256::ZERO);
     assert!(money.conserved());
+
+    // The chain's record of the provider and of each member, folded from the same events.
+    let record = client.chain_record(0).await?;
+    let r = record.provider(&p);
+    assert_eq!(
+        (
+            r.epochs_assigned,
+            r.checkpoints_accepted,
+            r.late_accepts,
+            r.paid
+        ),
+        (4, 1, 1, paid)
+    );
+    assert_eq!(
+        (
+            r.epochs_rejected,
+            r.epochs_slashed,
+            r.epochs_lost,
+            r.epochs_superseded,
+            r.epochs_expired,
+            r.epochs_completed
+        ),
+        (2, 1, 1, 1, 0, 0)
+    );
+    for (member, n) in job.committee.iter().zip(decisions) {
+        let v = record.verifier(member);
+        assert_eq!(
+            (v.seats, v.with_outcome, v.without_outcome, v.fees),
+            (1, n, 3 - n, U256::from(n * FEE))
+        );
+    }
     Ok(())
 }
 
@@ -627,15 +884,10 @@ async fn provider_resigns_its_epoch_and_the_follower_sees_why() -> Result<()> {
     let mut follower = EventFollower::open(&client, fast(cursor_dir.path())).await?;
     let job = open_job(&chain, &client, &provider, 2).await?;
     let id = job.id;
-    let unbond = |amount: u64| {
-        alloy::sol_types::SolCall::abi_encode(&gpuchain_contracts::JobEscrow::requestUnbondCall {
-            amount: U256::from(amount),
-        })
-    };
 
     // The live epoch reserves the whole stake: none of it can unbond.
     let err = provider
-        .transact("requestUnbond", chain.escrow, unbond(1))
+        .request_unbond(U256::from(1))
         .await
         .expect_err("the stake is reserved");
     assert_eq!(err.revert_name(), Some("StakeLocked"), "{err}");
@@ -662,15 +914,25 @@ async fn provider_resigns_its_epoch_and_the_follower_sees_why() -> Result<()> {
         .await
         .expect_err("nothing left to resign");
     assert_eq!(err.revert_name(), Some("WrongStatus"), "{err}");
-    provider
-        .transact("requestUnbond", chain.escrow, unbond(MIN_STAKE))
-        .await?;
+    provider.request_unbond(U256::from(MIN_STAKE)).await?;
     let stake = provider.stake_of(provider.address()).await?;
     assert_eq!(
         (stake.bonded, stake.unbonding),
         (U256::ZERO, U256::from(MIN_STAKE))
     );
     assert!(stake.unbond_at > 0);
+    let err = provider
+        .withdraw_stake()
+        .await
+        .expect_err("the delay has not passed");
+    assert_eq!(err.revert_name(), Some("TooEarly"), "{err}");
+    chain.advance(UNBOND_DELAY).await?;
+    let before = client.token_balance(provider.address()).await?;
+    provider.withdraw_stake().await?;
+    assert_eq!(
+        client.token_balance(provider.address()).await?,
+        before + U256::from(MIN_STAKE)
+    );
 
     let seen = follow_until(&mut follower, Duration::from_secs(10), |e| {
         matches!(e, ChainEvent::EpochEnded { .. })
@@ -682,6 +944,7 @@ async fn provider_resigns_its_epoch_and_the_follower_sees_why() -> Result<()> {
         vec![
             all[0].clone(),
             all[1].clone(),
+            all[2].clone(),
             ChainEvent::EpochEnded {
                 job_id: id,
                 epoch: 1,
@@ -697,8 +960,240 @@ async fn provider_resigns_its_epoch_and_the_follower_sees_why() -> Result<()> {
     let money = client.job_money(id, 0).await?;
     assert_eq!(money.status_name(), "Open");
     assert_eq!(money.paid_total(), U256::ZERO);
+    assert_eq!(money.fees_total(), U256::ZERO);
     assert!(money.slashed.is_empty());
     assert_eq!(money.remaining, U256::from(BUDGET));
+    assert!(money.conserved());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verifier_stake_joins_and_leaves_the_pool() -> Result<()> {
+    let chain = Chain::bare().await?;
+    let min = U256::from(MIN_VERIFIER_STAKE);
+    let verifiers: Vec<ChainClient> = {
+        let mut v = Vec::new();
+        for key in 4..=7 {
+            v.push(chain.client(key).await?);
+        }
+        v
+    };
+    let client = chain.client(1).await?;
+    // The escrow's immutables, as deployed.
+    assert_eq!(client.min_verifier_stake().await?, min);
+    assert_eq!(client.min_stake().await?, U256::from(MIN_STAKE));
+    let limits = client.escrow_limits().await?;
+    assert_eq!(
+        (limits.max_duration, limits.max_grace),
+        (MAX_DURATION, MAX_GRACE)
+    );
+    assert_eq!(client.stake_token().await?, chain.usdc);
+    assert_eq!(client.token_decimals(chain.usdc).await, 6);
+    // Without a token named, a client pays in the stake token.
+    let paying = ChainClient::connect_paying_in(
+        chain.anvil.endpoint().as_str(),
+        chain.escrow,
+        None,
+        chain.keys[1].clone(),
+    )
+    .await?;
+    assert_eq!(paying.token(), chain.usdc);
+    assert!(client.verifier_pool().await?.is_empty());
+    assert_eq!(client.available_verifiers(client.address()).await?, 0);
+    for v in &verifiers {
+        v.mint(v.address(), U256::from(4 * MIN_VERIFIER_STAKE))
+            .await?;
+    }
+
+    // Below the minimum: staked, not pooled; the top-up that crosses it joins the pool.
+    let a = &verifiers[0];
+    a.register_verifier(min - U256::from(1)).await?;
+    let s = a.verifier_stake_of(a.address()).await?;
+    assert_eq!((s.bonded, s.pooled), (min - U256::from(1), false));
+    assert!(client.verifier_pool().await?.is_empty());
+    a.register_verifier(U256::from(1)).await?;
+    assert!(a.verifier_stake_of(a.address()).await?.pooled);
+    // Each registration approved exactly what it pulled.
+    assert_eq!(a.allowance(a.address()).await?, U256::ZERO);
+    for v in &verifiers[1..] {
+        v.register_verifier(min).await?;
+    }
+    let order: Vec<Address> = verifiers.iter().map(ChainClient::address).collect();
+    assert_eq!(client.verifier_pool().await?, order, "registration order");
+    assert_eq!(client.available_verifiers(client.address()).await?, 4);
+    // A pooled account is never drawn for its own jobs.
+    assert_eq!(a.available_verifiers(a.address()).await?, 3);
+    let changed = gpuchain_contracts::JobEscrow::new(chain.escrow, chain.raw())
+        .poolChangedAt()
+        .call()
+        .await?;
+    assert_eq!(changed, client.block_number().await?);
+
+    // Stake above the minimum can unbond and stay pooled; more than is bonded cannot.
+    let b = &verifiers[1];
+    b.register_verifier(min).await?;
+    b.request_verifier_unbond(min).await?;
+    let s = b.verifier_stake_of(b.address()).await?;
+    assert_eq!((s.bonded, s.unbonding, s.pooled), (min, min, true));
+    assert!(s.unbond_at > 0);
+    let err = b
+        .request_verifier_unbond(min + U256::from(1))
+        .await
+        .expect_err("more than is bonded");
+    assert_eq!(err.revert_name(), Some("StakeLocked"), "{err}");
+    // Falling below the minimum leaves the pool: the last entry takes the leaver's place.
+    b.request_verifier_unbond(U256::from(1)).await?;
+    assert!(!b.verifier_stake_of(b.address()).await?.pooled);
+    assert_eq!(
+        client.verifier_pool().await?,
+        vec![order[0], order[3], order[2]]
+    );
+    assert_eq!(client.available_verifiers(client.address()).await?, 3);
+
+    // Withdrawn after the delay (restarted by the last request), all of it at once.
+    let err = b
+        .withdraw_verifier_stake()
+        .await
+        .expect_err("the delay has not passed");
+    assert_eq!(err.revert_name(), Some("TooEarly"), "{err}");
+    let err = verifiers[2]
+        .withdraw_verifier_stake()
+        .await
+        .expect_err("nothing unbonding");
+    assert_eq!(err.revert_name(), Some("NotUnbonding"), "{err}");
+    chain.advance(UNBOND_DELAY).await?;
+    let before = client.token_balance(b.address()).await?;
+    b.withdraw_verifier_stake().await?;
+    assert_eq!(
+        client.token_balance(b.address()).await?,
+        before + min + U256::from(1)
+    );
+    let s = b.verifier_stake_of(b.address()).await?;
+    assert_eq!(
+        (s.bonded, s.unbonding, s.unbond_at, s.pooled),
+        (min - U256::from(1), U256::ZERO, 0, false)
+    );
+    // The escrow holds what stays bonded, to the unit.
+    assert_eq!(
+        client.token_balance(chain.escrow).await?,
+        min * U256::from(4) - U256::from(1)
+    );
+    // Verifier stakes are no protocol input: a follower sees nothing of them.
+    let dir = tempfile::tempdir()?;
+    let mut follower = EventFollower::open(&client, fast(dir.path())).await?;
+    assert!(follower.poll().await?.events.is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committee_seed_moves_when_it_is_out_of_reach_or_the_pool_changed() -> Result<()> {
+    let chain = Chain::start().await?;
+    let client = chain.client(1).await?;
+    let anyone = chain.client(3).await?;
+    let cursor_dir = tempfile::tempdir()?;
+    let mut follower = EventFollower::open(&client, fast(cursor_dir.path())).await?;
+    client
+        .mint(client.address(), U256::from(CLIENT_FUNDS))
+        .await?;
+    let now = client.block_time().await?;
+    let created = client.submit(&create_job(&chain, now)).await?;
+    let id = created.job_id.context("a job id")?;
+    let draw_tx = ChainTx::DrawCommittee { job_id: id };
+
+    // Nobody may assign before the draw.
+    let provider = chain.client(2).await?;
+    let job = Job {
+        id,
+        deadline: now + DEADLINE_IN,
+        seed_block: created.block_number,
+        committee: Vec::new(),
+        member_keys: Vec::new(),
+        client_fees: U256::ZERO,
+        provider_fees: U256::ZERO,
+    };
+    let err = client
+        .submit(&assign_tx(&chain, &client, &job, 2, 1, PRICE).await?)
+        .await
+        .expect_err("still drawing");
+    assert_eq!(err.revert_name(), Some("WrongStatus"), "{err}");
+    drop(provider);
+
+    // Over 256 blocks later the seed block's hash is gone: the draw moves the seed instead.
+    chain.mine_blocks(300).await?;
+    let moved = anyone.submit(&draw_tx).await?;
+    let view = client.job(id).await?;
+    assert_eq!((view.status, view.seedBlock), (5, moved.block_number));
+    // A verifier joins the pool after the new seed block: the next draw moves it again.
+    let joiner = chain.client(8).await?;
+    joiner
+        .mint(joiner.address(), U256::from(MIN_VERIFIER_STAKE))
+        .await?;
+    joiner
+        .register_verifier(U256::from(MIN_VERIFIER_STAKE))
+        .await?;
+    let moved_again = anyone.submit(&draw_tx).await?;
+    assert_eq!(client.job(id).await?.seedBlock, moved_again.block_number);
+    // Now the pool is as it was at the seed block: the draw happens, from that block's hash.
+    let drawn = anyone.submit(&draw_tx).await?;
+    let view = client.job(id).await?;
+    assert_eq!(view.status, 1, "Open");
+    let mut pool = chain.pool();
+    pool.push(joiner.address());
+    assert_eq!(client.verifier_pool().await?, pool);
+    let seed = draw_seed(chain.block_hash(moved_again.block_number).await?, id);
+    let expected =
+        draw(seed, &pool, client.address(), usize::from(COMMITTEE)).context("a committee")?;
+    assert_eq!(view.committee, expected);
+    let err = anyone.submit(&draw_tx).await.expect_err("drawn already");
+    assert_eq!(err.revert_name(), Some("WrongStatus"), "{err}");
+
+    let seen = follow_until(&mut follower, Duration::from_secs(10), |e| {
+        matches!(e, ChainEvent::CommitteeDrawn { .. })
+    })
+    .await?;
+    let created_event = ChainEvent::JobCreated {
+        job_id: id,
+        client: client.address(),
+        token: chain.usdc,
+        budget: U256::from(BUDGET),
+        max_price_per_step: U256::from(MAX_PRICE),
+        total_steps: TOTAL_STEPS,
+        checkpoint_interval: INTERVAL,
+        spec_hash: spec_hash(),
+        committee_size: COMMITTEE,
+        quorum: QUORUM,
+        verifier_fee: U256::from(FEE),
+        deadline: now + DEADLINE_IN,
+        grace: GRACE,
+        seed_block: created.block_number,
+    };
+    let terms = created_event
+        .terms_with(&expected)
+        .context("terms of a JobCreated")?;
+    assert_eq!(terms, view.terms);
+    assert_eq!(
+        seen.iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
+        vec![
+            created_event,
+            ChainEvent::CommitteeSeedMoved {
+                job_id: id,
+                seed_block: moved.block_number,
+            },
+            ChainEvent::CommitteeSeedMoved {
+                job_id: id,
+                seed_block: moved_again.block_number,
+            },
+            ChainEvent::CommitteeDrawn {
+                job_id: id,
+                committee: expected,
+                terms,
+            },
+        ]
+    );
+    assert_eq!(seen[3].tx_hash, Some(drawn.hash));
+    let money = client.job_money(id, 0).await?;
+    assert_eq!(money.status_name(), "Open");
+    assert_eq!(money.committee, view.committee);
     assert!(money.conserved());
     Ok(())
 }
@@ -715,6 +1210,41 @@ async fn untouched(chain: &Chain, client: &ChainClient, nonce: u64) -> Result<()
     Ok(())
 }
 
+/// The fields of a `CreateJob` the cases below change.
+struct Terms<'a> {
+    budget: &'a mut U256,
+    max_price: &'a mut U256,
+    committee_size: &'a mut u8,
+    quorum: &'a mut u8,
+    verifier_fee: &'a mut U256,
+    deadline: &'a mut u64,
+    grace: &'a mut u64,
+}
+
+fn terms(tx: &mut ChainTx) -> Option<Terms<'_>> {
+    match tx {
+        ChainTx::CreateJob {
+            budget,
+            max_price_per_step,
+            committee_size,
+            quorum,
+            verifier_fee,
+            deadline,
+            grace,
+            ..
+        } => Some(Terms {
+            budget,
+            max_price: max_price_per_step,
+            committee_size,
+            quorum,
+            verifier_fee,
+            deadline,
+            grace,
+        }),
+        _ => None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_create_job_sends_nothing_and_a_good_one_approves_exactly_the_budget() -> Result<()> {
     let chain = Chain::start().await?;
@@ -725,63 +1255,75 @@ async fn bad_create_job_sends_nothing_and_a_good_one_approves_exactly_the_budget
     let nonce = chain.raw().get_transaction_count(client.address()).await?;
     let now = client.block_time().await?;
     let good = create_job(&chain, now);
-    let with = |f: &dyn Fn(&mut ChainTx)| {
+    let with = |f: &dyn Fn(Terms<'_>)| -> Result<ChainTx> {
         let mut tx = good.clone();
-        f(&mut tx);
-        tx
+        f(terms(&mut tx).context("a CreateJob")?);
+        Ok(tx)
     };
-    fn terms(tx: &mut ChainTx) -> (&mut U256, &mut U256, &mut Vec<Address>, &mut u8, &mut u64) {
-        match tx {
-            ChainTx::CreateJob {
-                budget,
-                max_price_per_step,
-                verifiers,
-                quorum,
-                deadline,
-                ..
-            } => (budget, max_price_per_step, verifiers, quorum, deadline),
-            _ => unreachable!("a CreateJob"),
-        }
-    }
-    let v = verifiers();
     let cases: Vec<(ChainTx, &str)> = vec![
         (
-            with(&|t| *terms(t).0 = U256::from(MAX_PRICE * TOTAL_STEPS - 1)),
-            "budget 3.999999 is less than the maximum price 0.01 × 400 steps = 4",
+            // enough for every step at the maximum price, not for the fees
+            with(&|t| *t.budget = U256::from(MAX_PRICE * TOTAL_STEPS))?,
+            "budget 4 is less than the 4.048 the job can cost: every step at the maximum \
+             price 0.01 plus the verifier fee 0.002 × 3 members × 8 checkpoints",
         ),
         (
-            with(&|t| *terms(t).4 = now),
+            with(&|t| *t.verifier_fee = U256::from(100_000u64))?,
+            "less than the 6.4 the job can cost",
+        ),
+        (
+            with(&|t| *t.deadline = now)?,
             "is not after the chain's time",
         ),
         (
-            with(&|t| *terms(t).0 = U256::from(u128::MAX) + U256::from(1u8)),
+            with(&|t| *t.budget = U256::from(u128::MAX))?,
             "above the escrow's limit",
         ),
         (
-            with(&|t| *terms(t).2 = vec![v[0], v[1], v[0]]),
-            "listed twice (#1 and #3)",
+            with(&|t| *t.verifier_fee = U256::from(1u128 << 96))?,
+            "verifier fee",
         ),
         (
-            with(&|t| terms(t).2[1] = Address::ZERO),
-            "verifier #2 is the zero address",
-        ),
-        (with(&|t| *terms(t).3 = 0), "quorum 0 must be"),
-        (with(&|t| *terms(t).3 = 4), "quorum 4 must be"),
-        // One of three is no strict majority, nor two of four.
-        (
-            with(&|t| *terms(t).3 = 1),
-            "quorum 1 must be a strict majority",
+            with(&|t| *t.max_price = U256::ZERO)?,
+            "maximum price per step must be positive",
         ),
         (
             with(&|t| {
-                terms(t).2.push(Address::repeat_byte(0x44));
-                *terms(t).3 = 2;
-            }),
-            "quorum 2 must be a strict majority of the 4",
+                *t.committee_size = 1;
+                *t.quorum = 1;
+            })?,
+            "a committee of 1 verifiers is outside the escrow's 2..=32",
         ),
         (
-            with(&|t| terms(t).2.truncate(1)),
-            "at least two verifiers, 1 given",
+            with(&|t| {
+                *t.committee_size = 33;
+                *t.quorum = 17;
+            })?,
+            "a committee of 33 verifiers is outside",
+        ),
+        (with(&|t| *t.quorum = 0)?, "quorum 0 must be"),
+        (with(&|t| *t.quorum = 4)?, "quorum 4 must be"),
+        // One of three is no strict majority, nor two of four.
+        (
+            with(&|t| *t.quorum = 1)?,
+            "quorum 1 must be a strict majority of the committee of 3",
+        ),
+        (
+            with(&|t| {
+                *t.committee_size = 4;
+                *t.quorum = 2;
+            })?,
+            "quorum 2 must be a strict majority of the committee of 4",
+        ),
+        // Valid terms, but the chain's pool holds 3 verifiers.
+        (
+            with(&|t| {
+                *t.committee_size = 4;
+                *t.quorum = 3;
+                *t.budget = U256::from(BUDGET);
+            })?,
+            "the escrow's verifier pool has 3 verifiers this client could be given, fewer \
+             than the committee of 4",
         ),
     ];
     for (tx, says) in cases {
@@ -789,33 +1331,19 @@ async fn bad_create_job_sends_nothing_and_a_good_one_approves_exactly_the_budget
         assert!(matches!(err, ChainError::CreateJobRefused(_)), "{err:?}");
         assert!(err.to_string().contains(says), "{err} / {says}");
         untouched(&chain, &client, nonce).await?;
-    }
-    if let Some(v) = v.first() {
-        assert!(
-            err_names(&client, &with(&|t| terms(t).2.push(*v)))
-                .await?
-                .contains("twice")
-        );
+        // The preflight alone says the same.
+        let err = client.preflight_create_job(&tx).await.expect_err(says);
+        assert!(err.to_string().contains(says), "{err} / {says}");
     }
 
-    // Refused by the escrow's newer rules: a deadline past `maxDuration`, a grace past
-    // `maxGrace`, the client among its own verifiers. Whether the Rust checks or the
+    // Refused by the escrow's bounds on deadline and grace: whether the Rust checks or the
     // simulation catch them, nothing is sent.
-    let me = client.address();
     let chain_only: Vec<(ChainTx, &str)> = vec![
         (
-            with(&|t| *terms(t).4 = now + MAX_DURATION + 3_600),
+            with(&|t| *t.deadline = now + MAX_DURATION + 3_600)?,
             "DeadlineTooFar",
         ),
-        (
-            with(&|t| {
-                if let ChainTx::CreateJob { grace, .. } = t {
-                    *grace = MAX_GRACE + 1;
-                }
-            }),
-            "GraceTooLong",
-        ),
-        (with(&|t| terms(t).2[2] = me), "ClientIsVerifier"),
+        (with(&|t| *t.grace = MAX_GRACE + 1)?, "GraceTooLong"),
     ];
     for (tx, name) in chain_only {
         let err = client.submit(&tx).await.expect_err(name);
@@ -829,7 +1357,7 @@ async fn bad_create_job_sends_nothing_and_a_good_one_approves_exactly_the_budget
     // Passes the Rust checks but not the chain: a budget above the client's balance. The
     // simulation runs the approval first, so the token's balance check is what fails (not
     // its allowance check), and the amounts are in tokens.
-    let rich = with(&|t| *terms(t).0 = U256::from(CLIENT_FUNDS + 1));
+    let rich = with(&|t| *t.budget = U256::from(CLIENT_FUNDS + 1))?;
     let err = client
         .submit(&rich)
         .await
@@ -844,17 +1372,46 @@ async fn bad_create_job_sends_nothing_and_a_good_one_approves_exactly_the_budget
     untouched(&chain, &client, nonce).await?;
     client.preflight_create_job(&good).await?;
 
+    // A budget of exactly what the job can cost, fees included, passes.
+    let exact = with(&|t| {
+        *t.budget = U256::from(MAX_PRICE * TOTAL_STEPS + FEE * 3 * 8);
+    })?;
+    client.preflight_create_job(&exact).await?;
+
     // A good one: approve (exactly the budget, all of it pulled) and createJob.
     client.submit(&good).await?;
     untouched(&chain, &client, nonce + 2).await?;
-    Ok(())
-}
 
-async fn err_names(client: &ChainClient, tx: &ChainTx) -> Result<String> {
-    match client.preflight_create_job(tx).await {
-        Ok(()) => bail!("accepted"),
-        Err(e) => Ok(e.to_string()),
-    }
+    // A client in the pool is never drawn for its own job: with it pooled, the pool of
+    // four holds only three others, enough for three and not for four.
+    let pooled = chain.client(4).await?;
+    pooled
+        .mint(
+            pooled.address(),
+            U256::from(CLIENT_FUNDS + MIN_VERIFIER_STAKE),
+        )
+        .await?;
+    pooled
+        .register_verifier(U256::from(MIN_VERIFIER_STAKE))
+        .await?;
+    assert_eq!(pooled.available_verifiers(pooled.address()).await?, 3);
+    assert_eq!(client.available_verifiers(client.address()).await?, 4);
+    let four = with(&|t| {
+        *t.committee_size = 4;
+        *t.quorum = 3;
+    })?;
+    client.preflight_create_job(&four).await?;
+    let err = pooled
+        .submit(&four)
+        .await
+        .expect_err("three others in the pool");
+    assert!(
+        err.to_string()
+            .contains("pool has 3 verifiers this client could be given"),
+        "{err}"
+    );
+    pooled.submit(&good).await?;
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -867,14 +1424,16 @@ async fn restarted_follower_resumes_from_its_cursor() -> Result<()> {
     let job = open_job(&chain, &client, &provider, 2).await?;
     let expected = expected_events(&chain, client.address(), provider.address(), &job);
 
-    // First run: handles creation and assignment and commits them.
+    // First run: handles creation, draw and assignment and commits them.
     let mut first = EventFollower::open(&client, fast(cursor_dir.path())).await?;
     let seen = follow_until(&mut first, Duration::from_secs(10), |e| {
         matches!(e, ChainEvent::ProviderAssigned { .. })
     })
     .await?;
     let committed = first.committed_block().context("a commit happened")?;
-    client.submit(&accept(&client, job.id, 150)).await?;
+    client
+        .submit(&job.accept(&client, 1, 150, &FIRST_SIGNERS))
+        .await?;
     // It reads the acceptance but "crashes" before committing it.
     let uncommitted = tokio::time::timeout(Duration::from_secs(10), first.next_batch()).await??;
     assert_eq!(
@@ -883,14 +1442,16 @@ async fn restarted_follower_resumes_from_its_cursor() -> Result<()> {
             .iter()
             .map(|e| &e.event)
             .collect::<Vec<_>>(),
-        vec![&expected[2]]
+        vec![&expected[3]]
     );
     // Within one process nothing is delivered twice.
     assert!(first.poll().await?.events.is_empty());
     assert_eq!(first.committed_block(), Some(committed));
     drop(first);
 
-    client.submit(&accept(&client, job.id, TOTAL_STEPS)).await?;
+    client
+        .submit(&job.accept(&client, 1, TOTAL_STEPS, &FINAL_SIGNERS))
+        .await?;
 
     // Second run: resumes after the cursor; the uncommitted acceptance comes again, the
     // committed events do not, and nothing is missed.
@@ -925,7 +1486,7 @@ async fn restarted_follower_resumes_from_its_cursor() -> Result<()> {
 
     // A cursor naming a block this chain does not have (anvil was restarted): replay all.
     let text = std::fs::read_to_string(&path)?;
-    let real_hash = format!("{}", client_block_hash(&chain, head).await?);
+    let real_hash = format!("{}", chain.block_hash(head).await?);
     ensure!(
         text.contains(&real_hash),
         "cursor holds the block hash: {text}"
@@ -957,14 +1518,100 @@ async fn restarted_follower_resumes_from_its_cursor() -> Result<()> {
     Ok(())
 }
 
-async fn client_block_hash(chain: &Chain, number: u64) -> Result<B256> {
-    Ok(chain
-        .raw()
-        .get_block_by_number(number.into())
-        .await?
-        .context("block")?
-        .header
-        .hash)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reverts_carry_the_contract_error_name() -> Result<()> {
+    let chain = Chain::start().await?;
+    let client = chain.client(1).await?;
+    let provider = chain.client(2).await?;
+
+    // Caught by the estimate: nothing is sent.
+    let err = client
+        .submit(&ChainTx::Withdraw { token: chain.usdc })
+        .await
+        .expect_err("nothing to withdraw");
+    assert_eq!(err.revert_name(), Some("NothingToWithdraw"), "{err}");
+    assert!(matches!(err, ChainError::Reverted { tx: None, .. }));
+    assert!(
+        err.to_string()
+            .starts_with("withdraw reverted: NothingToWithdraw"),
+        "{err}"
+    );
+
+    let job = open_job(&chain, &client, &provider, 2).await?;
+    // Epoch 2 is not live and was never ended by the client: no late accept either.
+    let err = client
+        .submit(&job.accept(&client, 2, 150, &FIRST_SIGNERS))
+        .await
+        .expect_err("epoch 2 is not live");
+    assert_eq!(err.revert_name(), Some("WrongEpoch"), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("given: 2") && msg.contains("current: 1"),
+        "{msg}"
+    );
+    // One vote is no quorum of two; a signer outside the committee is named.
+    let err = client
+        .submit(&job.accept(&client, 1, 150, &[1]))
+        .await
+        .expect_err("one vote");
+    assert_eq!(err.revert_name(), Some("QuorumNotReached"), "{err}");
+    let mut outsider = job.accept(&client, 1, 150, &FIRST_SIGNERS);
+    if let ChainTx::AcceptCheckpoint { sigs, .. } = &mut outsider {
+        let vote = VoteFields {
+            job_id: job.id,
+            epoch: 1,
+            step: 150,
+            checkpoint_hash: checkpoint(150),
+            accept: true,
+        };
+        sigs[1] = vote.sign(&client.domain(), &chain.protocol_key(8)?);
+    }
+    let err = client
+        .submit(&outsider)
+        .await
+        .expect_err("key 8 is not on the committee");
+    assert_eq!(err.revert_name(), Some("NotVerifier"), "{err}");
+    let err = client.job(U256::from(99)).await.expect_err("no job 99");
+    assert_eq!(err.revert_name(), Some("UnknownJob"), "{err}");
+    // A committee member cannot be the job's provider.
+    let member = chain
+        .keys
+        .iter()
+        .position(|k| k.address() == job.committee[0])
+        .context("a member's key")?;
+    let err = client
+        .submit(&assign_tx(&chain, &client, &job, member, 2, PRICE).await?)
+        .await
+        .expect_err("a member as provider");
+    assert_eq!(err.revert_name(), Some("ProviderIsVerifier"), "{err}");
+
+    // Reverted on chain: two withdrawals in flight at once (pipelined nonces) both pass the
+    // estimate, but only the first finds anything to withdraw.
+    client
+        .submit(&job.accept(&client, 1, 150, &FIRST_SIGNERS))
+        .await?;
+    chain.set_automine(false).await?;
+    let call = gpuchain_contracts::JobEscrow::withdrawCall { token: chain.usdc };
+    let data = alloy::sol_types::SolCall::abi_encode(&call);
+    let a = provider
+        .send("withdraw", chain.escrow, data.clone())
+        .await?;
+    let b = provider.send("withdraw", chain.escrow, data).await?;
+    assert_eq!(b.nonce, a.nonce + 1);
+    chain.mine().await?;
+    chain.set_automine(true).await?;
+    provider.wait(a).await?;
+    let err = provider
+        .wait(b)
+        .await
+        .expect_err("second withdrawal finds nothing");
+    assert_eq!(err.revert_name(), Some("NothingToWithdraw"), "{err}");
+    assert!(matches!(err, ChainError::Reverted { tx: Some(h), .. } if h == b.hash));
+    assert_eq!(
+        client.token_balance(provider.address()).await?,
+        U256::from(PROVIDER_FUNDS - MIN_STAKE + 150 * PRICE)
+    );
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1086,82 +1733,6 @@ async fn unfunded_account_names_address_and_balance() -> Result<()> {
     // Nothing was sent: the account's nonce is untouched.
     let nonce = chain.raw().get_transaction_count(broke.address()).await?;
     assert_eq!(nonce, 0);
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reverts_carry_the_contract_error_name() -> Result<()> {
-    let chain = Chain::start().await?;
-    let client = chain.client(1).await?;
-    let provider = chain.client(2).await?;
-
-    // Caught by the estimate: nothing is sent.
-    let err = client
-        .submit(&ChainTx::Withdraw { token: chain.usdc })
-        .await
-        .expect_err("nothing to withdraw");
-    assert_eq!(err.revert_name(), Some("NothingToWithdraw"), "{err}");
-    assert!(matches!(err, ChainError::Reverted { tx: None, .. }));
-    assert!(
-        err.to_string()
-            .starts_with("withdraw reverted: NothingToWithdraw"),
-        "{err}"
-    );
-
-    let job = open_job(&chain, &client, &provider, 2).await?;
-    let ChainTx::AcceptCheckpoint {
-        job_id,
-        step,
-        checkpoint_hash,
-        sigs,
-        ..
-    } = accept(&client, job.id, 150)
-    else {
-        bail!("accept builds an AcceptCheckpoint");
-    };
-    let err = client
-        .submit(&ChainTx::AcceptCheckpoint {
-            job_id,
-            epoch: 2,
-            step,
-            checkpoint_hash,
-            sigs,
-        })
-        .await
-        .expect_err("epoch 2 is not live");
-    assert_eq!(err.revert_name(), Some("WrongEpoch"), "{err}");
-    let msg = err.to_string();
-    assert!(
-        msg.contains("given: 2") && msg.contains("current: 1"),
-        "{msg}"
-    );
-    let err = client.job(U256::from(99)).await.expect_err("no job 99");
-    assert_eq!(err.revert_name(), Some("UnknownJob"), "{err}");
-
-    // Reverted on chain: two withdrawals in flight at once (pipelined nonces) both pass the
-    // estimate, but only the first finds anything to withdraw.
-    client.submit(&accept(&client, job.id, 150)).await?;
-    chain.set_automine(false).await?;
-    let call = gpuchain_contracts::JobEscrow::withdrawCall { token: chain.usdc };
-    let data = alloy::sol_types::SolCall::abi_encode(&call);
-    let a = provider
-        .send("withdraw", chain.escrow, data.clone())
-        .await?;
-    let b = provider.send("withdraw", chain.escrow, data).await?;
-    assert_eq!(b.nonce, a.nonce + 1);
-    chain.mine().await?;
-    chain.set_automine(true).await?;
-    provider.wait(a).await?;
-    let err = provider
-        .wait(b)
-        .await
-        .expect_err("second withdrawal finds nothing");
-    assert_eq!(err.revert_name(), Some("NothingToWithdraw"), "{err}");
-    assert!(matches!(err, ChainError::Reverted { tx: Some(h), .. } if h == b.hash));
-    assert_eq!(
-        client.token_balance(provider.address()).await?,
-        U256::from(PROVIDER_FUNDS - MIN_STAKE + 150 * PRICE)
-    );
     Ok(())
 }
 

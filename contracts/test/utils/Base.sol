@@ -4,12 +4,22 @@ pragma solidity ^0.8.24;
 /// @dev The cheatcodes this suite uses. forge serves them natively at this address;
 ///      npm's forge-std does not compile, so we declare only what we call.
 interface Vm {
+    struct Log {
+        bytes32[] topics;
+        bytes data;
+        address emitter;
+    }
+
     function sign(uint256 privateKey, bytes32 digest) external pure returns (uint8 v, bytes32 r, bytes32 s);
     function addr(uint256 privateKey) external pure returns (address);
     function prank(address sender) external;
     function startPrank(address sender) external;
     function stopPrank() external;
     function warp(uint256 timestamp) external;
+    function roll(uint256 blockNumber) external;
+    function setBlockhash(uint256 blockNumber, bytes32 blockHash) external;
+    function recordLogs() external;
+    function getRecordedLogs() external returns (Log[] memory logs);
     function chainId(uint256 newChainId) external;
     function etch(address target, bytes calldata code) external;
     function expectRevert(bytes calldata revertData) external;

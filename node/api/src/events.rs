@@ -115,6 +115,19 @@ pub enum NodeEvent {
         epoch: u64,
         reason: String,
     },
+    /// The escrow drew the job's verifier committee (bids can be made from now on).
+    ChainCommitteeDrawn {
+        block: u64,
+        job_id: String,
+        committee: Vec<String>,
+    },
+    /// The draw found its seed block's hash gone or the pool changed since: it moved the
+    /// seed to `seed_block` and will draw on the next call.
+    ChainSeedMoved {
+        block: u64,
+        job_id: String,
+        seed_block: u64,
+    },
     ChainAccepted {
         block: u64,
         job_id: String,
@@ -122,6 +135,13 @@ pub enum NodeEvent {
         step: u64,
         provider: String,
         amount: String,
+        /// Verifier fees the decision charged (base units), to the members who signed.
+        #[serde(default)]
+        fees: String,
+        /// Which committee positions signed it (a bit set, `0x…`; positions are the order
+        /// of `ChainCommitteeDrawn.committee`).
+        #[serde(default)]
+        voters: String,
     },
     ChainRejected {
         block: u64,
@@ -130,6 +150,10 @@ pub enum NodeEvent {
         step: u64,
         provider: String,
         slashed: String,
+        #[serde(default)]
+        fees: String,
+        #[serde(default)]
+        voters: String,
     },
     ChainCompleted {
         block: u64,
@@ -146,6 +170,14 @@ pub enum NodeEvent {
         block: u64,
         job_id: String,
         refund: String,
+    },
+    /// The provider submitted the accept of its own checkpoint (the client had not landed
+    /// it in time, or had ended the epoch first: `late`).
+    ClaimSubmitted {
+        job_id: String,
+        epoch: u64,
+        step: u64,
+        late: bool,
     },
     /// The provider will not bid on a job: its terms break `rule` (a `VetRule` name).
     BidRefused {
@@ -377,12 +409,15 @@ impl NodeEvent {
             ChainJobCreated { job_id, .. }
             | ChainAssigned { job_id, .. }
             | ChainEpochEnded { job_id, .. }
+            | ChainCommitteeDrawn { job_id, .. }
+            | ChainSeedMoved { job_id, .. }
             | ChainAccepted { job_id, .. }
             | ChainRejected { job_id, .. }
             | ChainCompleted { job_id, .. }
             | ChainExpired { job_id, .. }
             | ChainSettled { job_id, .. }
             | BidRefused { job_id, .. }
+            | ClaimSubmitted { job_id, .. }
             | OfferPublished { job_id, .. }
             | BidPublished { job_id, .. }
             | ProviderSelected { job_id, .. }

@@ -36,6 +36,10 @@ enum Command {
     /// Stake as a provider (the escrow assigns only staked providers).
     #[command(subcommand)]
     Provider(gpuchain_node::cli::ProviderCommand),
+    /// Stake into the escrow's verifier pool (committees are drawn from it), and see this
+    /// key's seats, fees and record.
+    #[command(subcommand)]
+    Verifier(gpuchain_node::cli::VerifierCommand),
     /// Withdraw what the escrow credited to this node's key (payouts, refunds).
     Withdraw(gpuchain_node::cli::WithdrawArgs),
     /// Run a local network of this binary on anvil: the 4 Nov demo, or a network to use.
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
         Command::Node(args) => run_node(&args),
         Command::Job(cmd) => report("job", gpuchain_node::commands::run_job(cmd)),
         Command::Provider(cmd) => report("provider", gpuchain_node::commands::run_provider(cmd)),
+        Command::Verifier(cmd) => report("verifier", gpuchain_node::commands::run_verifier(cmd)),
         Command::Withdraw(args) => report("withdraw", gpuchain_node::commands::run_withdraw(args)),
         Command::Testnet(cmd) => report("testnet", testnet_cmd::run(cmd)),
         Command::Sim(cmd) => run_sim(cmd),

@@ -48,9 +48,10 @@ pub struct UpArgs {
     /// Providers to start (each staked, prices 0.001, 0.002, …).
     #[arg(long, default_value_t = 3)]
     pub providers: usize,
-    /// Verifiers to start.
-    #[arg(long, default_value_t = 2)]
-    pub verifiers: usize,
+    /// Verifiers to start, each staked into the escrow's pool (at least 2: a committee needs
+    /// two members).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=32))]
+    pub verifiers: u8,
 }
 
 fn run_dir(given: Option<PathBuf>, kind: &str) -> Result<PathBuf> {
@@ -126,13 +127,15 @@ async fn up(a: UpArgs, binary: &std::path::Path) -> Result<()> {
     );
     let spec = net.role_spec("client", "client")?;
     net.spawn(spec).await?;
-    let mut verifiers = Vec::new();
     for i in 1..=a.verifiers {
         let name = format!("verifier-{i}");
         let spec = net.role_spec(&name, "verifier")?;
-        net.spawn(spec).await?;
-        verifiers.push(net.node(&name)?.eth_address().to_string());
+        net.spawn_verifier(spec).await?;
     }
+    // The escrow draws each job's committee from the staked verifiers: ask for all of them
+    // (at most 3), with the smallest strict majority.
+    let committee = a.verifiers.min(3);
+
     for i in 1..=a.providers {
         let name = format!("provider-{i}");
         let spec = net
@@ -152,11 +155,10 @@ async fn up(a: UpArgs, binary: &std::path::Path) -> Result<()> {
     println!("  client     data dir {}", client.data_dir().display());
     println!("\nSubmit a job (any job file; `testnet/scenarios/` has examples):\n");
     println!(
-        "  {} job submit --data-dir {} --spec job.toml --budget 5 --max-price 0.003 --verifiers {} --quorum {}",
+        "  {} job submit --data-dir {} --spec job.toml --budget 5 --max-price 0.003 --committee {committee} --quorum {} --verifier-fee 0.001",
         binary.display(),
         client.data_dir().display(),
-        verifiers.join(","),
-        verifiers.len().min(2)
+        committee / 2 + 1
     );
     println!(
         "  {} job status <id> --rpc-url {rpc} --escrow {escrow}",

@@ -68,8 +68,8 @@ pub fn load_specs(data_dir: &Path) -> Vec<JobSpec> {
     out
 }
 
-/// Checks the submission against everything the escrow will check (and that the verifiers
-/// are known), simulates the `createJob` it leads to, then packs and stores the job's blobs
+/// Checks the submission against everything the escrow will check (the verifier pool it
+/// will draw the committee from included), simulates the `createJob` it leads to, then packs and stores the job's blobs
 /// and works out the escrow terms. Nothing is stored or sent for a job the escrow would
 /// refuse.
 pub async fn prepare_job(ctx: &Ctx, req: &SubmitRequest) -> Result<(JobSpec, JobParams)> {
@@ -90,19 +90,17 @@ pub async fn prepare_job(ctx: &Ctx, req: &SubmitRequest) -> Result<(JobSpec, Job
         max_price_per_step: req.max_price_per_step,
         total_steps: file.total_steps,
         checkpoint_interval: file.checkpoint_interval,
-        verifiers: req.verifiers.clone(),
+        committee_size: req.committee_size,
         quorum: req.quorum,
+        verifier_fee: req.verifier_fee,
         deadline,
         // the deadline is relative: only "0 seconds" can fail here, and it says so
         now: if req.deadline_secs == 0 { 0 } else { now },
         grace: req.grace_secs,
-        client: Some(ctx.chain.address()),
+        available_verifiers: Some(ctx.chain.available_verifiers(ctx.chain.address()).await?),
         limits: Some(ctx.chain.escrow_limits().await?),
         decimals,
     })?;
-    if !req.allow_unknown_verifiers {
-        check_verifiers_known(ctx, &req.verifiers).await?;
-    }
 
     let (spec, blobs) = tokio::task::spawn_blocking(move || file.build(&path))
         .await
@@ -111,8 +109,9 @@ pub async fn prepare_job(ctx: &Ctx, req: &SubmitRequest) -> Result<(JobSpec, Job
         token,
         budget: req.budget,
         max_price_per_step: req.max_price_per_step,
-        verifiers: req.verifiers.clone(),
+        committee_size: req.committee_size,
         quorum: req.quorum,
+        verifier_fee: req.verifier_fee,
         deadline,
         grace: req.grace_secs,
     };
@@ -126,8 +125,9 @@ pub async fn prepare_job(ctx: &Ctx, req: &SubmitRequest) -> Result<(JobSpec, Job
             total_steps: spec.total_steps,
             checkpoint_interval: spec.checkpoint_interval,
             spec_hash: spec.spec_hash(),
-            verifiers: params.verifiers.clone(),
+            committee_size: params.committee_size,
             quorum: params.quorum,
+            verifier_fee: params.verifier_fee,
             deadline: params.deadline,
             grace: params.grace,
         })
@@ -149,45 +149,6 @@ pub async fn prepare_job(ctx: &Ctx, req: &SubmitRequest) -> Result<(JobSpec, Job
         }
     }
     Ok((spec, params))
-}
-
-/// Every verifier must be a peer that said hello with that address and the verifier role:
-/// an address no running verifier holds would leave the job waiting out its deadline.
-async fn check_verifiers_known(ctx: &Ctx, verifiers: &[Address]) -> Result<()> {
-    let peers = ctx.handle.peers().await?;
-    for v in verifiers {
-        let hellos: Vec<_> = peers
-            .iter()
-            .filter(|p| {
-                p.eth_address
-                    .as_deref()
-                    .and_then(|a| a.parse::<Address>().ok())
-                    == Some(*v)
-            })
-            .collect();
-        if hellos.is_empty() {
-            bail!(
-                "verifier {v} is not known to this node: no peer has announced that address in a hello. \
-                 Check the address (a verifier's is the eth_address of its GET /v1/status), \
-                 wait until the verifier is connected, or pass --allow-unknown-verifiers if it will come online later"
-            );
-        }
-        if !hellos
-            .iter()
-            .any(|p| p.roles.iter().any(|r| r == "verifier"))
-        {
-            bail!(
-                "verifier {v} is known to this node, but its hello does not announce the verifier role \
-                 (roles: {}); start it with --role verifier, or pass --allow-unknown-verifiers",
-                hellos
-                    .iter()
-                    .flat_map(|p| p.roles.iter().cloned())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            );
-        }
-    }
-    Ok(())
 }
 
 /// Sends one of the machines' transactions; a failure goes back to them as `TxFailed`.

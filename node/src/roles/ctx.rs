@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Result;
 use gpuchain_contracts::chain::{Batch, ChainClient};
 use gpuchain_protocol::client::{JobParams, JobStatus};
-use gpuchain_protocol::{Address, Hash, Input, JobId, JobSpec, SigningKey, U256};
+use gpuchain_protocol::{Hash, Input, JobId, JobSpec, SigningKey, U256};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
@@ -59,15 +59,15 @@ pub struct SubmitRequest {
     /// Token base units (USDC has 6 decimals).
     pub budget: U256,
     pub max_price_per_step: U256,
-    pub verifiers: Vec<Address>,
+    /// How many verifiers the escrow draws for the job's committee.
+    pub committee_size: u8,
+    /// Votes needed to accept or reject a checkpoint: a strict majority of the committee.
     pub quorum: u8,
+    /// What each committee member signing a decision earns, in token base units.
+    pub verifier_fee: U256,
     /// Seconds from now (block time) until the deadline.
     pub deadline_secs: u64,
     pub grace_secs: u64,
-    /// Accept verifier addresses no peer has announced (in a hello, with the verifier
-    /// role) yet: for verifiers that come online after the job is submitted.
-    #[serde(default)]
-    pub allow_unknown_verifiers: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -29,6 +29,7 @@ use crate::events::NodeEvent;
 use crate::handle::NodeHandle;
 use crate::inbound::Inbound;
 pub use ctx::{Ctx, ROLE_QUEUE, RoleEvent, RolesConfig, SubmitReply, SubmitRequest};
+use gpuchain_protocol::faults::ClientFault;
 use gpuchain_protocol::roles::{RoleConfigs, Roles};
 use handle::RolesHandle;
 use jobs::JobLibrary;
@@ -99,7 +100,10 @@ impl RoleRuntime {
         for s in &specs {
             library.remember_spec(s);
         }
-        let machines = Roles::restore(configs, &config.key, specs, &history, Time::ZERO);
+        let mut machines = Roles::restore(configs, &config.key, specs, &history, Time::ZERO);
+        if config.fault == Some(Fault::WithholdPay) {
+            machines.set_client_fault(Some(ClientFault::WithholdPay));
+        }
         let ctx = Ctx {
             handle,
             chain: config.chain,

@@ -149,6 +149,20 @@ pub fn notice(n: &Notice) {
             },
             "assigned to a job whose spec this node never saw",
         ),
+        Notice::ClaimSubmitted {
+            job_id,
+            epoch,
+            step,
+            late,
+        } => crate::events::emit(
+            NodeEvent::ClaimSubmitted {
+                job_id: job_id.to_string(),
+                epoch: *epoch,
+                step: *step,
+                late: *late,
+            },
+            "submitting the accept of our own checkpoint",
+        ),
         Notice::BidRefused { job_id, rule } => crate::events::emit(
             NodeEvent::BidRefused {
                 job_id: job_id.to_string(),
@@ -174,6 +188,24 @@ pub fn chain_event(e: &ChainEvent, block: u64) {
                 budget: budget.to_string(),
             },
             "job created on chain",
+        ),
+        ChainEvent::CommitteeDrawn {
+            job_id, committee, ..
+        } => crate::events::emit(
+            NodeEvent::ChainCommitteeDrawn {
+                block,
+                job_id: job_id.to_string(),
+                committee: committee.iter().map(ToString::to_string).collect(),
+            },
+            "verifier committee drawn",
+        ),
+        ChainEvent::CommitteeSeedMoved { job_id, seed_block } => crate::events::emit(
+            NodeEvent::ChainSeedMoved {
+                block,
+                job_id: job_id.to_string(),
+                seed_block: *seed_block,
+            },
+            "committee seed moved; the draw comes on the next call",
         ),
         ChainEvent::ProviderAssigned {
             job_id,
@@ -212,6 +244,8 @@ pub fn chain_event(e: &ChainEvent, block: u64) {
             step,
             provider,
             amount,
+            voters,
+            fees,
             ..
         } => crate::events::emit(
             NodeEvent::ChainAccepted {
@@ -221,6 +255,8 @@ pub fn chain_event(e: &ChainEvent, block: u64) {
                 step: *step,
                 provider: provider.to_string(),
                 amount: amount.to_string(),
+                fees: fees.to_string(),
+                voters: format!("{voters:#x}"),
             },
             "checkpoint accepted",
         ),
@@ -230,6 +266,8 @@ pub fn chain_event(e: &ChainEvent, block: u64) {
             step,
             provider,
             slashed,
+            voters,
+            fees,
             ..
         } => crate::events::emit(
             NodeEvent::ChainRejected {
@@ -239,6 +277,8 @@ pub fn chain_event(e: &ChainEvent, block: u64) {
                 step: *step,
                 provider: provider.to_string(),
                 slashed: slashed.to_string(),
+                fees: fees.to_string(),
+                voters: format!("{voters:#x}"),
             },
             "checkpoint rejected",
         ),

@@ -194,7 +194,7 @@ fn train_loop(
                 Some(parent) => cheat::stale(&job, parent, report.step)?,
                 None => honest,
             },
-            Some(Fault::WrongOrder | Fault::RejectAll) | None => honest,
+            Some(Fault::WrongOrder | Fault::RejectAll | Fault::WithholdPay) | None => honest,
         };
         let state_hashes: Vec<Hash> = trainer
             .interval_hashes()

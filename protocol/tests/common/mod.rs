@@ -1,9 +1,11 @@
 //! Shared fixtures for the role tests: keys, the demo job, and message/event builders.
 #![allow(dead_code)]
 
+pub mod world;
+
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
 use gpuchain_protocol::eip712::EscrowDomain;
-use gpuchain_protocol::escrow::{Call, Escrow, Params};
+use gpuchain_protocol::escrow::{Block, Call, Escrow, Params};
 use gpuchain_protocol::messages::state_root;
 use gpuchain_protocol::signing::{Scheme, Sig65, SigningKey};
 use gpuchain_protocol::spec::JobSpec;
@@ -16,6 +18,14 @@ pub const MAX_PRICE: u64 = 5000;
 /// The demo job's token (also the stake token), and the stake each provider bonds.
 pub const TOKEN: Address = Address::repeat_byte(0x5d);
 pub const MIN_STAKE: u64 = 100_000;
+/// What puts a verifier in the escrow's pool.
+pub const MIN_VERIFIER_STAKE: u64 = 50_000;
+/// The demo job's fee per member per decision: 0.001 USDC.
+pub const VERIFIER_FEE: u64 = 1_000;
+/// The escrow's decision window, seconds.
+pub const DECISION_WINDOW: u64 = 120;
+/// The block `JobCreated` of the demo job was mined in.
+pub const SEED_BLOCK: u64 = 7;
 
 pub fn domain() -> EscrowDomain {
     EscrowDomain {
@@ -62,18 +72,31 @@ pub fn keys() -> Keys {
     }
 }
 
+/// A block at `time`, numbered so later blocks have larger numbers.
+pub fn block(number: u64, time: u64) -> Block {
+    Block { number, time }
+}
+
+/// A made-up hash for block `number`: what the model's `blockhash` answers once recorded.
+pub fn block_hash(number: u64) -> Hash {
+    gpuchain_protocol::types::blake3_hash(&number.to_le_bytes())
+}
+
 /// The escrow model deployed at [`domain`]: the client funded for the demo job, providers
-/// A, P and B each bonded `MIN_STAKE` (so each can be assigned and slashed once).
+/// A, P and B each bonded `MIN_STAKE` (so each can be assigned and slashed once), and the
+/// two verifiers in the pool (so they are the demo job's committee). Everything in block 1.
 pub fn escrow(k: &Keys) -> Escrow {
     let params = Params {
         min_stake: U256::from(MIN_STAKE),
         unbond_delay: 86_400,
         max_duration: 30 * 86_400,
         max_grace: 86_400,
+        decision_window: DECISION_WINDOW,
+        min_verifier_stake: U256::from(MIN_VERIFIER_STAKE),
     };
     let mut e = Escrow::new(domain(), Scheme::Secp256k1, TOKEN, params)
         .expect("a token and a minimum stake");
-    for key in [&k.client, &k.a, &k.p, &k.b] {
+    for key in [&k.client, &k.a, &k.p, &k.b, &k.v1, &k.v2] {
         e.mint(TOKEN, key.address(), U256::from(5_000_000u64));
         e.approve(TOKEN, key.address(), domain().escrow, U256::MAX);
     }
@@ -81,9 +104,17 @@ pub fn escrow(k: &Keys) -> Escrow {
         let stake = Call::Register {
             amount: U256::from(MIN_STAKE),
         };
-        e.apply(&stake, key.address(), BLOCK_TIME)
+        e.apply(&stake, key.address(), block(1, BLOCK_TIME))
             .expect("a funded provider can stake");
     }
+    for key in [&k.v1, &k.v2] {
+        let stake = Call::RegisterVerifier {
+            amount: U256::from(MIN_VERIFIER_STAKE),
+        };
+        e.apply(&stake, key.address(), block(1, BLOCK_TIME))
+            .expect("a funded verifier can stake");
+    }
+    e.record_block_hash(1, block_hash(1));
     e
 }
 
@@ -105,17 +136,42 @@ pub fn job_created(k: &Keys) -> ChainEvent {
         total_steps: spec.total_steps,
         checkpoint_interval: spec.checkpoint_interval,
         spec_hash: spec.spec_hash(),
-        verifiers: vec![k.v1.address(), k.v2.address()],
+        committee_size: 2,
         quorum: 2,
+        verifier_fee: U256::from(VERIFIER_FEE),
         deadline: BLOCK_TIME + 3600,
         grace: 600,
+        seed_block: SEED_BLOCK,
     }
 }
 
-/// The terms hash of [`job_created`]: what every bid on the job is signed over.
+/// The demo job's committee: the two verifiers.
+pub fn committee(k: &Keys) -> Vec<Address> {
+    vec![k.v1.address(), k.v2.address()]
+}
+
+/// The draw of [`job_created`] with `members`, its terms computed from the creation.
+pub fn drawn_with(k: &Keys, members: Vec<Address>) -> ChainEvent {
+    let terms = job_created(k)
+        .terms_with(&members)
+        .expect("a JobCreated has terms");
+    ChainEvent::CommitteeDrawn {
+        job_id: job(),
+        committee: members,
+        terms,
+    }
+}
+
+/// The draw of [`job_created`]: the two verifiers.
+pub fn committee_drawn(k: &Keys) -> ChainEvent {
+    drawn_with(k, committee(k))
+}
+
+/// The terms hash of the drawn demo job: what every bid on it is signed over.
 pub fn terms() -> Hash {
-    job_created(&keys())
-        .terms_hash()
+    let k = keys();
+    job_created(&k)
+        .terms_with(&committee(&k))
         .expect("a JobCreated has terms")
 }
 
@@ -150,6 +206,8 @@ pub fn accepted(epoch: u64, step: u64, hash: Hash, provider: &SigningKey) -> Inp
         checkpoint_hash: hash,
         provider: provider.address(),
         amount: U256::from(50_000),
+        voters: U256::from(0b11),
+        fees: U256::from(2 * VERIFIER_FEE),
     })
 }
 
@@ -161,6 +219,8 @@ pub fn rejected(epoch: u64, step: u64, hash: Hash, provider: &SigningKey) -> Inp
         checkpoint_hash: hash,
         provider: provider.address(),
         slashed: U256::from(1),
+        voters: U256::from(0b11),
+        fees: U256::from(2 * VERIFIER_FEE),
     })
 }
 
@@ -173,6 +233,11 @@ pub fn epoch_ended(epoch: u64, reason: EpochEndReason) -> Input {
 }
 
 pub fn offer(k: &Keys, next_epoch: u64) -> Message {
+    offer_for(k, next_epoch, committee(k))
+}
+
+/// The client's offer naming `members` as the committee.
+pub fn offer_for(k: &Keys, next_epoch: u64, members: Vec<Address>) -> Message {
     Message::JobOffer(
         JobOffer {
             job_id: job(),
@@ -180,12 +245,18 @@ pub fn offer(k: &Keys, next_epoch: u64) -> Message {
             next_epoch,
             spec: spec(),
             max_price_per_step: U256::from(MAX_PRICE),
-            verifiers: vec![k.v1.address(), k.v2.address()],
-            quorum: 2,
+            quorum: (members.len() / 2 + 1) as u8,
+            committee: members,
             signature: Sig65::ZERO,
         }
         .sign(&k.client),
     )
+}
+
+/// Feeds a machine the demo job's creation and draw, at `at` ms.
+pub fn confirm(m: &mut impl StateMachine, at: u64, k: &Keys) {
+    m.handle_input(t(at), chain(job_created(k)));
+    m.handle_input(t(at), chain(committee_drawn(k)));
 }
 
 pub fn bid(key: &SigningKey, epoch: u64, price: u64, memory_gib: u64) -> Message {

@@ -21,6 +21,7 @@ use alloy::transports::RpcError;
 use alloy::transports::TransportError;
 use gpuchain_protocol::chain::ChainEvent;
 use gpuchain_protocol::chain::ChainTx;
+use gpuchain_protocol::chain_record::ChainRecord;
 use gpuchain_protocol::eip712::EscrowDomain;
 use gpuchain_protocol::types::JobId;
 use tokio::sync::{Mutex, OnceCell};
@@ -75,6 +76,19 @@ pub struct StakeInfo {
     pub unbond_at: u64,
     /// Epochs the provider holds right now, across jobs.
     pub live_epochs: u32,
+}
+
+/// A verifier's stake as `verifierStakeOf` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerifierStakeInfo {
+    /// Never slashed nor reserved: it buys the seat in the pool committees are drawn from.
+    pub bonded: U256,
+    /// Requested out, withdrawable from `unbond_at` on.
+    pub unbonding: U256,
+    /// 0 when nothing is unbonding.
+    pub unbond_at: u64,
+    /// In the pool (`bonded ≥ minVerifierStake`): committees may be drawn from it.
+    pub pooled: bool,
 }
 
 /// A transaction handed to the RPC, not yet known to be mined.
@@ -156,8 +170,9 @@ fn encode(tx: &ChainTx) -> (&'static str, Vec<u8>) {
             total_steps,
             checkpoint_interval,
             spec_hash,
-            verifiers,
+            committee_size,
             quorum,
+            verifier_fee,
             deadline,
             grace,
         } => (
@@ -169,12 +184,17 @@ fn encode(tx: &ChainTx) -> (&'static str, Vec<u8>) {
                 totalSteps: *total_steps,
                 checkpointInterval: *checkpoint_interval,
                 specHash: *spec_hash,
-                verifiers: verifiers.clone(),
+                committeeSize: *committee_size,
                 quorum: *quorum,
+                verifierFee: *verifier_fee,
                 deadline: *deadline,
                 grace: *grace,
             }
             .abi_encode(),
+        ),
+        ChainTx::DrawCommittee { job_id } => (
+            "drawCommittee",
+            JobEscrow::drawCommitteeCall { jobId: *job_id }.abi_encode(),
         ),
         ChainTx::Assign {
             job_id,
@@ -360,7 +380,19 @@ impl ChainClient {
     /// checked first ([`Self::preflight_create_job`]: the Rust mirror of the contract's
     /// checks, then a simulation of approve + createJob), and the approval is for exactly
     /// the budget.
+    ///
+    /// `DrawCommittee` is estimated against the pending block: the draw is refused
+    /// (`SeedNotMined`) in the job's creation block, and an estimate against the latest
+    /// block runs with that block's number, so right after the creation it would refuse a
+    /// draw that succeeds in the block the transaction is mined in.
     pub async fn submit(&self, tx: &ChainTx) -> Result<TxOutcome, ChainError> {
+        if let ChainTx::DrawCommittee { .. } = tx {
+            let (call, data) = encode(tx);
+            let pending = self
+                .send_estimated_at(call, self.inner.escrow, data, BlockId::pending())
+                .await?;
+            return self.wait(pending).await;
+        }
         if let ChainTx::CreateJob { token, budget, .. } = tx {
             let _guard = self.inner.allowance.lock().await;
             self.preflight_create_job(tx).await?;
@@ -409,6 +441,36 @@ impl ChainClient {
             .await
     }
 
+    /// Stakes `amount` of the escrow's stake token as a verifier (approving it first when
+    /// needed); once its bonded stake reaches `minVerifierStake` the account is in the pool
+    /// that committees are drawn from.
+    pub async fn register_verifier(&self, amount: U256) -> Result<TxOutcome, ChainError> {
+        let _guard = self.inner.allowance.lock().await;
+        let stake_token = self.stake_token().await?;
+        let approve_fee = self.ensure_allowance(stake_token, amount).await?;
+        let data = JobEscrow::registerVerifierCall { amount }.abi_encode();
+        let mut outcome = self
+            .transact("registerVerifier", self.inner.escrow, data)
+            .await?;
+        outcome.fee += approve_fee;
+        Ok(outcome)
+    }
+
+    /// Starts the unbonding delay for `amount` of the caller's verifier stake; below the
+    /// minimum it leaves the pool (committees it already sits on keep it).
+    pub async fn request_verifier_unbond(&self, amount: U256) -> Result<TxOutcome, ChainError> {
+        let data = JobEscrow::requestVerifierUnbondCall { amount }.abi_encode();
+        self.transact("requestVerifierUnbond", self.inner.escrow, data)
+            .await
+    }
+
+    /// Pays out the caller's unbonding verifier stake once its delay has passed.
+    pub async fn withdraw_verifier_stake(&self) -> Result<TxOutcome, ChainError> {
+        let data = JobEscrow::withdrawVerifierStakeCall {}.abi_encode();
+        self.transact("withdrawVerifierStake", self.inner.escrow, data)
+            .await
+    }
+
     /// Mints `amount` of the configured token to `to`: only test USDC allows this.
     pub async fn mint(&self, to: Address, amount: U256) -> Result<TxOutcome, ChainError> {
         let data = TestUSDC::mintCall { to, amount }.abi_encode();
@@ -434,6 +496,18 @@ impl ChainClient {
         to: Address,
         data: Vec<u8>,
     ) -> Result<PendingTx, ChainError> {
+        self.send_estimated_at(call, to, data, BlockId::latest())
+            .await
+    }
+
+    /// [`Self::send`], with the gas estimated against `estimate_at`.
+    async fn send_estimated_at(
+        &self,
+        call: &'static str,
+        to: Address,
+        data: Vec<u8>,
+        estimate_at: BlockId,
+    ) -> Result<PendingTx, ChainError> {
         let rpc = &self.inner.rpc;
         let from = self.inner.address;
         let base = TransactionRequest::default()
@@ -444,11 +518,7 @@ impl ChainClient {
         // Without fee fields the estimate does not check the balance, so a revert is
         // reported as a revert even from an empty account.
         let gas = match rpc
-            .raw(|| {
-                rpc.provider
-                    .estimate_gas(base.clone())
-                    .block(BlockId::latest())
-            })
+            .raw(|| rpc.provider.estimate_gas(base.clone()).block(estimate_at))
             .await
         {
             Ok(gas) => with_margin(gas),
@@ -676,6 +746,74 @@ impl ChainClient {
         })
     }
 
+    pub async fn verifier_stake_of(
+        &self,
+        verifier: Address,
+    ) -> Result<VerifierStakeInfo, ChainError> {
+        let r = self
+            .inner
+            .rpc
+            .view(
+                "verifierStakeOf",
+                self.inner.escrow,
+                JobEscrow::verifierStakeOfCall { verifier },
+            )
+            .await?;
+        Ok(VerifierStakeInfo {
+            bonded: r.bonded,
+            unbonding: r.unbonding,
+            unbond_at: r.unbondAt,
+            pooled: r.pooled,
+        })
+    }
+
+    /// How many verifiers a committee for `client`'s job can be drawn from: the pool, less
+    /// the client itself when it is pooled (the escrow never draws a job's client).
+    pub async fn available_verifiers(&self, client: Address) -> Result<u64, ChainError> {
+        let size: U256 = self
+            .inner
+            .rpc
+            .view("poolSize", self.inner.escrow, JobEscrow::poolSizeCall {})
+            .await?;
+        let pooled = self.verifier_stake_of(client).await?.pooled;
+        let size = u64::try_from(size).unwrap_or(u64::MAX);
+        Ok(size.saturating_sub(u64::from(pooled)))
+    }
+
+    /// The escrow's pool, in its order (what committees are drawn from).
+    pub async fn verifier_pool(&self) -> Result<Vec<Address>, ChainError> {
+        let rpc = &self.inner.rpc;
+        let size: U256 = rpc
+            .view("poolSize", self.inner.escrow, JobEscrow::poolSizeCall {})
+            .await?;
+        let mut pool = Vec::new();
+        for index in 0..u64::try_from(size).unwrap_or(0) {
+            pool.push(
+                rpc.view(
+                    "poolAt",
+                    self.inner.escrow,
+                    JobEscrow::poolAtCall {
+                        index: U256::from(index),
+                    },
+                )
+                .await?,
+            );
+        }
+        Ok(pool)
+    }
+
+    /// The minimum verifier stake that puts an account in the pool.
+    pub async fn min_verifier_stake(&self) -> Result<U256, ChainError> {
+        self.inner
+            .rpc
+            .view(
+                "minVerifierStake",
+                self.inner.escrow,
+                JobEscrow::minVerifierStakeCall {},
+            )
+            .await
+    }
+
     /// Slashed stake the escrow has burned so far (`burned`): held by it, owed to nobody.
     pub async fn burned(&self) -> Result<U256, ChainError> {
         self.inner
@@ -773,8 +911,9 @@ impl ChainClient {
             max_price_per_step,
             total_steps,
             checkpoint_interval,
-            verifiers,
+            committee_size,
             quorum,
+            verifier_fee,
             deadline,
             grace,
             ..
@@ -785,18 +924,20 @@ impl ChainClient {
         let decimals = self.token_decimals(*token).await;
         let now = self.block_time().await?;
         let limits = self.escrow_limits().await?;
+        let available = self.available_verifiers(self.inner.address).await?;
         check_create_job(&CreateJobTerms {
             token: Some(*token),
             budget: *budget,
             max_price_per_step: *max_price_per_step,
             total_steps: *total_steps,
             checkpoint_interval: *checkpoint_interval,
-            verifiers: verifiers.clone(),
+            committee_size: *committee_size,
             quorum: *quorum,
+            verifier_fee: *verifier_fee,
             deadline: *deadline,
             now,
             grace: *grace,
-            client: Some(self.inner.address),
+            available_verifiers: Some(available),
             limits: Some(limits),
             decimals,
         })?;
@@ -909,13 +1050,45 @@ impl ChainClient {
     /// Where job `job_id`'s money went, summed from the escrow's events for it from
     /// `from_block` on (the job's creation block or earlier; 0 reads the whole chain).
     pub async fn job_money(&self, job_id: JobId, from_block: u64) -> Result<JobMoney, ChainError> {
-        let rpc = &self.inner.rpc;
         // Every job event of the escrow has the job id as its first indexed argument.
-        let filter = Filter::new()
+        let events = self
+            .escrow_events(Some(B256::from(job_id)), from_block)
+            .await?;
+        summarize(job_id, events.iter().map(|(b, e)| (*b, e))).ok_or_else(|| {
+            ChainError::Unexpected {
+                url: self.inner.rpc.url.clone(),
+                detail: format!(
+                    "no JobCreated event for job {job_id} from block {from_block} on; is the \
+                     job id right, and was it created after that block?"
+                ),
+            }
+        })
+    }
+
+    /// The escrow's record of every provider and verifier (epochs accepted, rejected, lost,
+    /// resigned; decisions signed with the outcome or not), folded from all its job events
+    /// from `from_block` on: what `provider status`, `verifier status` and `job status`
+    /// show, and what clients rank bids by.
+    pub async fn chain_record(&self, from_block: u64) -> Result<ChainRecord, ChainError> {
+        let events = self.escrow_events(None, from_block).await?;
+        Ok(ChainRecord::from_history(events.iter().map(|(_, e)| e)))
+    }
+
+    /// The escrow's job events (those the machines take), with their blocks, in chain order;
+    /// only job `topic1`'s when given.
+    async fn escrow_events(
+        &self,
+        topic1: Option<B256>,
+        from_block: u64,
+    ) -> Result<Vec<(u64, ChainEvent)>, ChainError> {
+        let rpc = &self.inner.rpc;
+        let mut filter = Filter::new()
             .address(self.inner.escrow)
-            .topic1(B256::from(job_id))
             .from_block(from_block)
             .to_block(BlockNumberOrTag::Latest);
+        if let Some(t) = topic1 {
+            filter = filter.topic1(t);
+        }
         let logs = rpc
             .call("eth_getLogs", || rpc.provider.get_logs(&filter))
             .await?;
@@ -931,15 +1104,7 @@ impl ChainClient {
             })
             .collect();
         events.sort_by_key(|(b, i, _)| (*b, *i));
-        summarize(job_id, events.iter().map(|(b, _, e)| (*b, e))).ok_or_else(|| {
-            ChainError::Unexpected {
-                url: rpc.url.clone(),
-                detail: format!(
-                    "no JobCreated event for job {job_id} from block {from_block} on; is the \
-                     job id right, and was it created after that block?"
-                ),
-            }
-        })
+        Ok(events.into_iter().map(|(b, _, e)| (b, e)).collect())
     }
 
     // ---------------------------------------------------------------------- helpers

@@ -16,7 +16,7 @@ use alloy::sol_types::SolInterface;
 use super::revert::{RevertReason, decode_revert};
 use crate::{JobEscrow, TestUSDC};
 
-use gpuchain_protocol::escrow::is_strict_majority;
+use gpuchain_protocol::escrow::{MAX_JOB_AMOUNT, checkpoints_in, cost_bound, is_strict_majority};
 pub use gpuchain_protocol::escrow::{MAX_VERIFIERS, MIN_VERIFIERS};
 
 /// Decimals of the test USDC the testnets pay in.
@@ -118,8 +118,11 @@ pub struct CreateJobTerms {
     pub max_price_per_step: U256,
     pub total_steps: u64,
     pub checkpoint_interval: u64,
-    pub verifiers: Vec<Address>,
+    /// How many verifiers the escrow draws for the job's committee.
+    pub committee_size: u8,
     pub quorum: u8,
+    /// What each committee member signing a decision earns, out of the budget.
+    pub verifier_fee: U256,
     /// Absolute deadline in block time.
     pub deadline: u64,
     /// The chain's latest block time. Before the chain is asked, pass 0 and the deadline
@@ -127,8 +130,9 @@ pub struct CreateJobTerms {
     pub now: u64,
     /// Seconds after the deadline until the job can be expired.
     pub grace: u64,
-    /// The creating account, when known: it may not be one of its verifiers.
-    pub client: Option<Address>,
+    /// Pooled verifiers the escrow could draw for this client (the pool, less the client if
+    /// it is pooled), when read from the chain.
+    pub available_verifiers: Option<u64>,
     /// The escrow's bounds on deadline and grace, when read from the chain.
     pub limits: Option<EscrowLimits>,
     /// The payment token's decimals, for the messages.
@@ -151,7 +155,7 @@ pub enum CreateJobProblem {
     ZeroBudget(Tokens),
     #[error("the maximum price per step must be positive, got {0}")]
     ZeroMaxPrice(Tokens),
-    #[error("the {what} {amount} is above the escrow's limit of {limit} (2^128 - 1 base units)")]
+    #[error("the {what} {amount} is above the escrow's limit of {limit} (2^96 - 1 base units)")]
     AmountTooLarge {
         what: &'static str,
         amount: Tokens,
@@ -164,24 +168,15 @@ pub enum CreateJobProblem {
     #[error("the checkpoint interval {interval} is longer than the job's {total_steps} steps")]
     IntervalAboveSteps { interval: u64, total_steps: u64 },
     #[error(
-        "a job needs at least two verifiers, {count} given: pass --verifiers ADDR,ADDR[,ADDR…]"
+        "a committee of {size} verifiers is outside the escrow's {min}..={max}: \
+         give --committee N within it"
     )]
-    TooFewVerifiers { count: usize },
-    #[error("{count} verifiers listed; the escrow allows at most {max}")]
-    TooManyVerifiers { count: usize, max: usize },
-    #[error("verifier #{position} is the zero address")]
-    ZeroVerifier { position: usize },
-    #[error("verifier {address} is listed twice (#{first} and #{second})")]
-    DuplicateVerifier {
-        address: Address,
-        first: usize,
-        second: usize,
-    },
+    CommitteeSize { size: u8, min: usize, max: usize },
     #[error(
-        "quorum {quorum} must be a strict majority of the {verifiers} verifiers \
+        "quorum {quorum} must be a strict majority of the committee of {committee} \
          (more than half, at most all of them)"
     )]
-    InvalidQuorum { quorum: u8, verifiers: usize },
+    InvalidQuorum { quorum: u8, committee: u8 },
     #[error("the deadline is 0 seconds from now; give --deadline SECS > 0")]
     ZeroDeadline,
     #[error("the deadline {deadline} is not after the chain's time {now}")]
@@ -192,23 +187,32 @@ pub enum CreateJobProblem {
     DeadlineTooFar { secs: u64, max: u64 },
     #[error("the grace {grace} s is longer than the escrow's {max} s: lower --grace")]
     GraceTooLong { grace: u64, max: u64 },
-    #[error("the client {0} is listed as one of its own verifiers; verifiers must be independent")]
-    ClientIsVerifier(Address),
     #[error(
-        "the budget {budget} is less than the maximum price {max_price} × {total_steps} steps \
-         = {needed}; raise --budget to at least {needed} or lower --max-price",
-        needed = .max_price.times(*.total_steps)
+        "the budget {budget} is less than the {needed} the job can cost: every step at the \
+         maximum price {max_price} plus the verifier fee {fee} × {committee} members × \
+         {checkpoints} checkpoints; raise --budget to at least {needed} or lower --max-price \
+         or --verifier-fee"
     )]
     BudgetTooSmall {
         budget: Tokens,
+        needed: Tokens,
         max_price: Tokens,
-        total_steps: u64,
+        fee: Tokens,
+        committee: u8,
+        checkpoints: u64,
     },
+    #[error(
+        "the escrow's verifier pool has {available} verifiers this client could be given, \
+         fewer than the committee of {needed}: lower --committee, or wait for verifiers to \
+         register (gpuchain verifier register)"
+    )]
+    NotEnoughVerifiers { available: u64, needed: u8 },
 }
 
-/// The contract's `createJob` checks, in its order, with `_listVerifiers`' zero and
-/// duplicate checks (which the contract only makes after the others) folded in where
-/// the verifier list is checked.
+/// The contract's `createJob` checks, in its order.
+// The budget problem carries every figure of its message (about 170 bytes): a check run once
+// per job, whose error the chain client boxes (`ChainError::CreateJobRefused`).
+#[allow(clippy::result_large_err)]
 pub fn check_create_job(t: &CreateJobTerms) -> Result<(), CreateJobProblem> {
     let tokens = |raw: U256| Tokens::new(raw, t.decimals);
     if t.token == Some(Address::ZERO) {
@@ -220,16 +224,16 @@ pub fn check_create_job(t: &CreateJobTerms) -> Result<(), CreateJobProblem> {
     if t.max_price_per_step.is_zero() {
         return Err(CreateJobProblem::ZeroMaxPrice(tokens(t.max_price_per_step)));
     }
-    let limit = U256::from(u128::MAX);
     for (what, amount) in [
         ("budget", t.budget),
         ("maximum price per step", t.max_price_per_step),
+        ("verifier fee", t.verifier_fee),
     ] {
-        if amount > limit {
+        if amount > MAX_JOB_AMOUNT {
             return Err(CreateJobProblem::AmountTooLarge {
                 what,
                 amount: tokens(amount),
-                limit: tokens(limit),
+                limit: tokens(MAX_JOB_AMOUNT),
             });
         }
     }
@@ -245,36 +249,18 @@ pub fn check_create_job(t: &CreateJobTerms) -> Result<(), CreateJobProblem> {
             total_steps: t.total_steps,
         });
     }
-    if t.verifiers.len() < MIN_VERIFIERS {
-        return Err(CreateJobProblem::TooFewVerifiers {
-            count: t.verifiers.len(),
-        });
-    }
-    if t.verifiers.len() > MAX_VERIFIERS {
-        return Err(CreateJobProblem::TooManyVerifiers {
-            count: t.verifiers.len(),
+    let size = usize::from(t.committee_size);
+    if !(MIN_VERIFIERS..=MAX_VERIFIERS).contains(&size) {
+        return Err(CreateJobProblem::CommitteeSize {
+            size: t.committee_size,
+            min: MIN_VERIFIERS,
             max: MAX_VERIFIERS,
         });
     }
-    for (i, v) in t.verifiers.iter().enumerate() {
-        if v.is_zero() {
-            return Err(CreateJobProblem::ZeroVerifier { position: i + 1 });
-        }
-        if let Some(j) = t.verifiers[..i].iter().position(|w| w == v) {
-            return Err(CreateJobProblem::DuplicateVerifier {
-                address: *v,
-                first: j + 1,
-                second: i + 1,
-            });
-        }
-        if t.client == Some(*v) {
-            return Err(CreateJobProblem::ClientIsVerifier(*v));
-        }
-    }
-    if !is_strict_majority(t.quorum, t.verifiers.len()) {
+    if !is_strict_majority(t.quorum, size) {
         return Err(CreateJobProblem::InvalidQuorum {
             quorum: t.quorum,
-            verifiers: t.verifiers.len(),
+            committee: t.committee_size,
         });
     }
     if t.deadline <= t.now {
@@ -303,13 +289,29 @@ pub fn check_create_job(t: &CreateJobTerms) -> Result<(), CreateJobProblem> {
             });
         }
     }
-    // ≤ u128 × u64: cannot overflow U256
-    let needed = t.max_price_per_step * U256::from(t.total_steps);
+    let needed = cost_bound(
+        t.max_price_per_step,
+        t.total_steps,
+        t.checkpoint_interval,
+        t.verifier_fee,
+        t.committee_size,
+    );
     if t.budget < needed {
         return Err(CreateJobProblem::BudgetTooSmall {
             budget: tokens(t.budget),
+            needed: tokens(needed),
             max_price: tokens(t.max_price_per_step),
-            total_steps: t.total_steps,
+            fee: tokens(t.verifier_fee),
+            committee: t.committee_size,
+            checkpoints: checkpoints_in(t.total_steps, t.checkpoint_interval),
+        });
+    }
+    if let Some(available) = t.available_verifiers
+        && available < u64::from(t.committee_size)
+    {
+        return Err(CreateJobProblem::NotEnoughVerifiers {
+            available,
+            needed: t.committee_size,
         });
     }
     Ok(())
@@ -405,12 +407,13 @@ mod tests {
             max_price_per_step: U256::from(5_000u64),
             total_steps: 40,
             checkpoint_interval: 10,
-            verifiers: vec![a(1), a(2)],
+            committee_size: 2,
             quorum: 2,
+            verifier_fee: U256::from(100u64),
             deadline: 2_000,
             now: 1_000,
             grace: 60,
-            client: Some(a(0xc)),
+            available_verifiers: Some(2),
             limits: Some(EscrowLimits {
                 max_duration: 1_000,
                 max_grace: 60,
@@ -431,8 +434,15 @@ mod tests {
     fn good_terms_pass_and_the_budget_may_be_exactly_enough() {
         assert_eq!(check_create_job(&good()), Ok(()));
         let mut t = good();
-        t.budget = U256::from(5_000u64 * 40);
+        // every step at the maximum price, and a fee for each member at each of 4 checkpoints
+        t.budget = U256::from(5_000u64 * 40 + 100 * 2 * 4);
         assert_eq!(check_create_job(&t), Ok(()));
+        t.budget -= U256::from(1u8);
+        assert!(matches!(
+            check_create_job(&t),
+            Err(CreateJobProblem::BudgetTooSmall { .. })
+        ));
+        t.budget += U256::from(1u8);
         // the command line's form: no token, deadline relative to now = 0
         t.token = None;
         t.now = 0;
@@ -444,32 +454,23 @@ mod tests {
     fn each_problem_names_the_value_in_tokens() {
         let m = problem(|t| t.budget = U256::from(100_000u64));
         assert!(m.contains("budget 0.1 "), "{m}");
-        assert!(m.contains("0.005 × 40 steps = 0.2"), "{m}");
+        assert!(m.contains("less than the 0.2008 the job can cost"), "{m}");
+        assert!(m.contains("0.0001 × 2 members × 4 checkpoints"), "{m}");
 
-        let m = problem(|t| t.budget = U256::from(u128::MAX) + U256::from(1u8));
-        assert!(
-            m.contains("budget 340282366920938463463374607431768.211456"),
-            "{m}"
-        );
-        assert!(
-            m.contains("limit of 340282366920938463463374607431768.211455"),
-            "{m}"
-        );
+        let m = problem(|t| t.budget = MAX_JOB_AMOUNT + U256::from(1u8));
+        assert!(m.contains("budget 79228162514264337593543.950336"), "{m}");
+        assert!(m.contains("limit of 79228162514264337593543.950335"), "{m}");
 
         let m = problem(|t| t.max_price_per_step = U256::MAX);
         assert!(m.contains("maximum price per step"), "{m}");
-
-        let m = problem(|t| t.verifiers = vec![a(1), a(2), a(1)]);
-        assert!(
-            m.contains(&a(1).to_string()) && m.contains("#1 and #3"),
-            "{m}"
-        );
-
-        let m = problem(|t| t.verifiers = vec![a(1), Address::ZERO]);
-        assert!(m.contains("verifier #2 is the zero address"), "{m}");
+        let m = problem(|t| t.verifier_fee = U256::MAX);
+        assert!(m.contains("verifier fee"), "{m}");
 
         let m = problem(|t| t.quorum = 0);
-        assert!(m.contains("quorum 0") && m.contains("2 verifiers"), "{m}");
+        assert!(
+            m.contains("quorum 0") && m.contains("committee of 2"),
+            "{m}"
+        );
         let m = problem(|t| t.quorum = 3);
         assert!(m.contains("quorum 3"), "{m}");
 
@@ -503,17 +504,21 @@ mod tests {
         );
         let m = problem(|t| t.grace = 61);
         assert!(m.contains("grace 61 s") && m.contains("--grace"), "{m}");
-        let m = problem(|t| t.verifiers[1] = a(0xc));
-        assert!(m.contains("its own verifiers"), "{m}");
-        let m = problem(|t| t.verifiers = vec![a(1)]);
-        assert!(m.contains("at least two verifiers, 1 given"), "{m}");
+        let m = problem(|t| t.available_verifiers = Some(1));
+        assert!(
+            m.contains("1 verifiers") && m.contains("committee of 2"),
+            "{m}"
+        );
+        let m = problem(|t| t.committee_size = 1);
+        assert!(m.contains("committee of 1 verifiers"), "{m}");
         let m = problem(|t| {
-            t.verifiers = vec![a(1), a(2), a(3), a(4)];
+            t.committee_size = 4;
             t.quorum = 2;
+            t.available_verifiers = Some(4);
         });
-        assert!(m.contains("strict majority of the 4"), "{m}");
-        let m = problem(|t| t.verifiers = (1..=33).map(a).collect());
-        assert!(m.contains("33 verifiers"), "{m}");
+        assert!(m.contains("strict majority of the committee of 4"), "{m}");
+        let m = problem(|t| t.committee_size = 33);
+        assert!(m.contains("committee of 33"), "{m}");
     }
 
     #[test]

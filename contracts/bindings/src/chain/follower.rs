@@ -128,10 +128,21 @@ pub fn decode_event(log: &alloy::primitives::Log) -> Option<ChainEvent> {
             total_steps: e.totalSteps,
             checkpoint_interval: e.checkpointInterval,
             spec_hash: e.specHash,
-            verifiers: e.verifiers,
+            committee_size: e.committeeSize,
             quorum: e.quorum,
+            verifier_fee: e.verifierFee,
             deadline: e.deadline,
             grace: e.grace,
+            seed_block: e.seedBlock,
+        },
+        JobEscrowEvents::CommitteeSeedMoved(e) => ChainEvent::CommitteeSeedMoved {
+            job_id: e.jobId,
+            seed_block: e.seedBlock,
+        },
+        JobEscrowEvents::CommitteeDrawn(e) => ChainEvent::CommitteeDrawn {
+            job_id: e.jobId,
+            committee: e.committee,
+            terms: e.terms,
         },
         JobEscrowEvents::ProviderAssigned(e) => ChainEvent::ProviderAssigned {
             job_id: e.jobId,
@@ -153,6 +164,8 @@ pub fn decode_event(log: &alloy::primitives::Log) -> Option<ChainEvent> {
             checkpoint_hash: e.checkpointHash,
             provider: e.provider,
             amount: e.amount,
+            voters: e.voters,
+            fees: e.fees,
         },
         JobEscrowEvents::CheckpointRejected(e) => ChainEvent::CheckpointRejected {
             job_id: e.jobId,
@@ -161,6 +174,8 @@ pub fn decode_event(log: &alloy::primitives::Log) -> Option<ChainEvent> {
             checkpoint_hash: e.checkpointHash,
             provider: e.provider,
             slashed: e.slashed,
+            voters: e.voters,
+            fees: e.fees,
         },
         JobEscrowEvents::JobCompleted(e) => ChainEvent::JobCompleted {
             job_id: e.jobId,

@@ -72,7 +72,7 @@ mod revert;
 mod rpc;
 mod summary;
 
-pub use client::{ChainClient, ChainConfig, PendingTx, StakeInfo, TxOutcome};
+pub use client::{ChainClient, ChainConfig, PendingTx, StakeInfo, TxOutcome, VerifierStakeInfo};
 pub use create_job::{
     AmountError, CreateJobProblem, CreateJobTerms, EscrowLimits, MAX_VERIFIERS, TEST_USDC_DECIMALS,
     Tokens, check_create_job, decode_revert_in_tokens, format_tokens, parse_tokens,

@@ -3,18 +3,27 @@
 //! to the client when the job was settled or expired, and what the job still holds. `gpuchain job status`,
 //! the demo and the dashboard all read it from here.
 //!
-//! `JobEscrow` charges no verifier fees (see its contract docs), so there is no fee figure;
-//! when it does, the fee events belong here.
+//! Verifier fees are read from the decisions themselves: each `CheckpointAccepted` and
+//! `CheckpointRejected` carries the fees it charged and the committee positions that earned
+//! them (`voters`), and `CommitteeDrawn` says who sits at each position. The fees leave the
+//! budget at the decision and reach the verifiers' balances at `settle` or `expire`.
 
 use std::collections::BTreeMap;
 
 use alloy::primitives::{Address, U256};
-use gpuchain_protocol::chain::{ChainEvent, EpochEndReason};
+use gpuchain_protocol::chain::{ChainEvent, EpochEndReason, voted};
 use gpuchain_protocol::types::JobId;
 use serde::Serialize;
 
 /// The Solidity `JobEscrow.Status` names, by code.
-pub const STATUS_NAMES: [&str; 5] = ["None", "Open", "Assigned", "Completed", "Expired"];
+pub const STATUS_NAMES: [&str; 6] = [
+    "None",
+    "Open",
+    "Assigned",
+    "Completed",
+    "Expired",
+    "Drawing",
+];
 
 /// `JobEscrow.Status` code → its Solidity name (`3` → `Completed`).
 pub fn status_name(code: u8) -> String {
@@ -38,9 +47,15 @@ pub struct JobMoney {
     /// Stake slashed per provider for rejected checkpoints (`CheckpointRejected.slashed`):
     /// burned by the escrow, paid to nobody.
     pub slashed: BTreeMap<Address, U256>,
+    /// The committee the escrow drew (empty while the job is drawing).
+    pub committee: Vec<Address>,
+    /// Each verifier's fees for the decisions it signed with the outcome.
+    pub fees: BTreeMap<Address, U256>,
+    /// Checkpoints the escrow decided (accepted or rejected).
+    pub decisions: u64,
     /// Unspent budget credited back to the client (`JobSettled` / `JobExpired` refund).
     pub refunded: U256,
-    /// What the job still holds: deposit − paid − refunded.
+    /// What the job still holds: deposit − paid − fees − refunded.
     pub remaining: U256,
     /// `JobEscrow.Status` code as the events leave it.
     pub status: u8,
@@ -49,6 +64,15 @@ pub struct JobMoney {
 impl JobMoney {
     pub fn paid_total(&self) -> U256 {
         self.paid.values().copied().sum()
+    }
+
+    pub fn fees_total(&self) -> U256 {
+        self.fees.values().copied().sum()
+    }
+
+    /// What `verifier` earned in fees from this job (0 when nothing).
+    pub fn fees_to(&self, verifier: Address) -> U256 {
+        self.fees.get(&verifier).copied().unwrap_or_default()
     }
 
     pub fn slashed_total(&self) -> U256 {
@@ -64,9 +88,30 @@ impl JobMoney {
         status_name(self.status)
     }
 
-    /// paid + refunded + remaining == deposit: the budget is accounted for to the unit.
+    /// paid + fees + refunded + remaining == deposit: the budget is accounted for to the unit.
     pub fn conserved(&self) -> bool {
-        self.paid_total() + self.refunded + self.remaining == self.deposit
+        self.paid_total() + self.fees_total() + self.refunded + self.remaining == self.deposit
+    }
+
+    /// Splits a decision's `fees` equally among the members in `voters` (the escrow charges
+    /// the same fee per signer).
+    fn charge_fees(&mut self, voters: U256, fees: U256) {
+        self.decisions += 1;
+        let signers: Vec<Address> = self
+            .committee
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| voted(voters, *i))
+            .map(|(_, a)| *a)
+            .collect();
+        self.remaining = self.remaining.saturating_sub(fees);
+        if fees.is_zero() || signers.is_empty() {
+            return;
+        }
+        let each = fees / U256::from(signers.len());
+        for s in signers {
+            *self.fees.entry(s).or_default() += each;
+        }
     }
 }
 
@@ -94,9 +139,12 @@ pub fn summarize<'a>(
                     deposit: *budget,
                     paid: BTreeMap::new(),
                     slashed: BTreeMap::new(),
+                    committee: Vec::new(),
+                    fees: BTreeMap::new(),
+                    decisions: 0,
                     refunded: U256::ZERO,
                     remaining: *budget,
-                    status: 1,
+                    status: 5,
                 });
             }
             _ => {
@@ -111,13 +159,24 @@ pub fn summarize<'a>(
 fn apply(m: &mut JobMoney, ev: &ChainEvent) {
     let job_id = m.job_id;
     match ev {
+        ChainEvent::CommitteeDrawn {
+            job_id: id,
+            committee,
+            ..
+        } if *id == job_id => {
+            m.committee = committee.clone();
+            m.status = 1;
+        }
         ChainEvent::ProviderAssigned { job_id: id, .. } if *id == job_id => m.status = 2,
         ChainEvent::EpochEnded {
             job_id: id, reason, ..
         } if *id == job_id => {
             if matches!(
                 reason,
-                EpochEndReason::Released | EpochEndReason::Rejected | EpochEndReason::Resigned
+                EpochEndReason::Released
+                    | EpochEndReason::Rejected
+                    | EpochEndReason::Resigned
+                    | EpochEndReason::Superseded
             ) {
                 m.status = 1;
             }
@@ -126,18 +185,24 @@ fn apply(m: &mut JobMoney, ev: &ChainEvent) {
             job_id: id,
             provider,
             amount,
+            voters,
+            fees,
             ..
         } if *id == job_id => {
             *m.paid.entry(*provider).or_default() += *amount;
             m.remaining = m.remaining.saturating_sub(*amount);
+            m.charge_fees(*voters, *fees);
         }
         ChainEvent::CheckpointRejected {
             job_id: id,
             provider,
             slashed,
+            voters,
+            fees,
             ..
         } if *id == job_id => {
             *m.slashed.entry(*provider).or_default() += *slashed;
+            m.charge_fees(*voters, *fees);
         }
         // Completion leaves what is left in the job until `settle` credits it.
         ChainEvent::JobCompleted { job_id: id, .. } if *id == job_id => m.status = 3,
@@ -172,10 +237,20 @@ mod tests {
             total_steps: 40,
             checkpoint_interval: 10,
             spec_hash: B256::ZERO,
-            verifiers: vec![Address::repeat_byte(1), Address::repeat_byte(2)],
+            committee_size: 2,
             quorum: 2,
+            verifier_fee: U256::from(5u8),
             deadline: 10,
             grace: 1,
+            seed_block: 1,
+        }
+    }
+
+    fn drawn(id: u64) -> ChainEvent {
+        ChainEvent::CommitteeDrawn {
+            job_id: U256::from(id),
+            committee: vec![Address::repeat_byte(1), Address::repeat_byte(2)],
+            terms: B256::ZERO,
         }
     }
 
@@ -187,6 +262,9 @@ mod tests {
             checkpoint_hash: B256::ZERO,
             provider: Address::repeat_byte(provider),
             amount: U256::from(amount),
+            // both members signed, 5 each
+            voters: U256::from(0b11u8),
+            fees: U256::from(10u8),
         }
     }
 
@@ -196,6 +274,7 @@ mod tests {
         let events = [
             created(1, 1_000_000),
             created(2, 9_000_000),
+            drawn(1),
             ChainEvent::ProviderAssigned {
                 job_id: id,
                 epoch: 1,
@@ -213,6 +292,9 @@ mod tests {
                 checkpoint_hash: B256::ZERO,
                 provider: Address::repeat_byte(0xb),
                 slashed: U256::from(100_000_000u64),
+                // only the second member signed the reject, and there was slack for its fee
+                voters: U256::from(0b10u8),
+                fees: U256::from(5u8),
             },
             ChainEvent::EpochEnded {
                 job_id: id,
@@ -222,19 +304,19 @@ mod tests {
             accepted(1, 0xd, 30_000),
             ChainEvent::JobCompleted {
                 job_id: id,
-                refund: U256::from(960_000u64),
+                refund: U256::from(959_975u64),
             },
         ];
         // Completed but not settled: the refund is still the job's.
         let m =
             summarize(id, events.iter().enumerate().map(|(i, e)| (i as u64, e))).expect("created");
         assert_eq!(m.refunded, U256::ZERO);
-        assert_eq!(m.remaining, U256::from(960_000u64));
+        assert_eq!(m.remaining, U256::from(959_975u64));
         assert!(m.conserved());
         let settled = ChainEvent::JobSettled {
             job_id: id,
             client: Address::repeat_byte(0xc),
-            refund: U256::from(960_000u64),
+            refund: U256::from(959_975u64),
         };
         let m = summarize(
             id,
@@ -250,7 +332,11 @@ mod tests {
         assert_eq!(m.paid_to(Address::repeat_byte(0xd)), U256::from(30_000u64));
         assert_eq!(m.paid_total(), U256::from(40_000u64));
         assert_eq!(m.slashed_total(), U256::from(100_000_000u64));
-        assert_eq!(m.refunded, U256::from(960_000u64));
+        assert_eq!(m.fees_to(Address::repeat_byte(1)), U256::from(10u8));
+        assert_eq!(m.fees_to(Address::repeat_byte(2)), U256::from(15u8));
+        assert_eq!(m.fees_total(), U256::from(25u8));
+        assert_eq!(m.decisions, 3);
+        assert_eq!(m.refunded, U256::from(959_975u64));
         assert_eq!(m.remaining, U256::ZERO);
         assert_eq!(m.status_name(), "Completed");
         assert!(m.conserved());
@@ -281,6 +367,7 @@ mod tests {
         assert_eq!(status_name(1), "Open");
         assert_eq!(status_name(2), "Assigned");
         assert_eq!(status_name(4), "Expired");
+        assert_eq!(status_name(5), "Drawing");
         assert_eq!(status_name(9), "Unknown(9)");
     }
 }
