@@ -647,8 +647,10 @@ impl Provider {
     }
 
     fn on_offer(&mut self, offer: &JobOffer) -> Verdict {
-        let unconfirmed = self.jobs.values().filter(|j| j.chain.is_none()).count();
-        if !self.jobs.contains_key(&offer.job_id) && unconfirmed >= MAX_UNCONFIRMED_OFFERS {
+        // Counted only for an offer of a job we do not know yet: the count walks every job
+        // this provider has ever heard of.
+        let unconfirmed = || self.jobs.values().filter(|j| j.chain.is_none()).count();
+        if !self.jobs.contains_key(&offer.job_id) && unconfirmed() >= MAX_UNCONFIRMED_OFFERS {
             return Verdict::Ignore(IgnoreReason::Overloaded);
         }
         let job = self.jobs.entry(offer.job_id).or_default();
@@ -889,6 +891,22 @@ impl Provider {
         if t.epoch != epoch || step <= t.last_announced {
             return;
         }
+        // One hash per step of `last_announced..=step`, or announcing it would only get us
+        // rejected: the trainer must be fixed. The root is computed from these very hashes
+        // below, so the count is all of `commitment_is_consistent` that can fail here (it
+        // would hash the interval a second time).
+        let expected = step
+            .checked_sub(t.last_announced)
+            .and_then(|d| d.checked_add(1));
+        if u64::try_from(state_hashes.len()).ok() != expected {
+            self.outputs
+                .push_back(Output::Notice(Notice::TrainerInconsistent {
+                    job_id,
+                    epoch,
+                    step,
+                }));
+            return;
+        }
         let ann = CheckpointAnnounce {
             job_id,
             epoch,
@@ -901,16 +919,6 @@ impl Provider {
             signature: Sig65::ZERO,
         }
         .sign(&self.key);
-        if !ann.commitment_is_consistent() {
-            // Announcing it would only get us rejected; the trainer must be fixed.
-            self.outputs
-                .push_back(Output::Notice(Notice::TrainerInconsistent {
-                    job_id,
-                    epoch,
-                    step,
-                }));
-            return;
-        }
         t.last_announced = step;
         t.last_step = t.last_step.max(step);
         t.undecided.insert(step, (ann.clone(), now));

@@ -47,12 +47,14 @@ pub struct RoleConfigs {
     pub verifier: Option<VerifierConfig>,
 }
 
-/// The role machines of one node.
+/// The role machines of one node. Each machine is boxed, so the composite is a few words
+/// and finding the machines present reads one cache line, not a line inside each absent
+/// machine's space (a simulator hosting 10,000 of these reads one on every event).
 #[derive(Debug, Default)]
 pub struct Roles {
-    client: Option<Client>,
-    provider: Option<Provider>,
-    verifier: Option<Verifier>,
+    client: Option<Box<Client>>,
+    provider: Option<Box<Provider>>,
+    verifier: Option<Box<Verifier>>,
     /// TESTING ONLY: what the client's outputs go through.
     client_fault: Option<ClientFault>,
     /// Every job's record on chain.
@@ -66,9 +68,15 @@ impl Roles {
     /// Fresh machines for the configured roles, all signing with `key`.
     pub fn new(configs: RoleConfigs, key: &SigningKey) -> Roles {
         Roles {
-            client: configs.client.map(|c| Client::new(c, key.clone())),
-            provider: configs.provider.map(|c| Provider::new(c, key.clone())),
-            verifier: configs.verifier.map(|c| Verifier::new(c, key.clone())),
+            client: configs
+                .client
+                .map(|c| Box::new(Client::new(c, key.clone()))),
+            provider: configs
+                .provider
+                .map(|c| Box::new(Provider::new(c, key.clone()))),
+            verifier: configs
+                .verifier
+                .map(|c| Box::new(Verifier::new(c, key.clone()))),
             client_fault: None,
             record: ChainRecord::default(),
             restored: VecDeque::new(),
@@ -82,9 +90,9 @@ impl Roles {
         verifier: Option<Verifier>,
     ) -> Roles {
         Roles {
-            client,
-            provider,
-            verifier,
+            client: client.map(Box::new),
+            provider: provider.map(Box::new),
+            verifier: verifier.map(Box::new),
             client_fault: None,
             record: ChainRecord::default(),
             restored: VecDeque::new(),
@@ -106,15 +114,12 @@ impl Roles {
         let client = configs
             .client
             .map(|c| Client::restore(c, key.clone(), specs, history.iter().cloned(), now));
-        let mut roles = Roles {
+        let mut roles = Roles::from_machines(
             client,
-            provider: configs.provider.map(|c| Provider::new(c, key.clone())),
-            verifier: configs.verifier.map(|c| Verifier::new(c, key.clone())),
-            client_fault: None,
-            record: ChainRecord::default(),
-            restored: VecDeque::new(),
-        };
-        if let Some(p) = roles.provider.as_mut() {
+            configs.provider.map(|c| Provider::new(c, key.clone())),
+            configs.verifier.map(|c| Verifier::new(c, key.clone())),
+        );
+        if let Some(p) = roles.provider.as_deref_mut() {
             roles.restored.extend(replay(p, now, history));
             let jobs: BTreeSet<JobId> = history.iter().map(|(_, e)| e.job_id()).collect();
             for job_id in jobs {
@@ -132,7 +137,7 @@ impl Roles {
             // Stopping a trainer that no longer exists: nothing to do.
             while p.poll_output().is_some() {}
         }
-        if let Some(v) = roles.verifier.as_mut() {
+        if let Some(v) = roles.verifier.as_deref_mut() {
             roles.restored.extend(replay(v, now, history));
         }
         roles.record = ChainRecord::from_history(history.iter().map(|(_, e)| e));
@@ -151,34 +156,40 @@ impl Roles {
     }
 
     pub fn client(&self) -> Option<&Client> {
-        self.client.as_ref()
+        self.client.as_deref()
     }
 
     pub fn client_mut(&mut self) -> Option<&mut Client> {
-        self.client.as_mut()
+        self.client.as_deref_mut()
     }
 
     pub fn provider(&self) -> Option<&Provider> {
-        self.provider.as_ref()
+        self.provider.as_deref()
     }
 
     pub fn provider_mut(&mut self) -> Option<&mut Provider> {
-        self.provider.as_mut()
+        self.provider.as_deref_mut()
     }
 
     pub fn verifier(&self) -> Option<&Verifier> {
-        self.verifier.as_ref()
+        self.verifier.as_deref()
     }
 
     pub fn verifier_mut(&mut self) -> Option<&mut Verifier> {
-        self.verifier.as_mut()
+        self.verifier.as_deref_mut()
     }
 
     fn machines(&mut self) -> [Option<&mut dyn StateMachine>; 3] {
         [
-            self.client.as_mut().map(|m| m as &mut dyn StateMachine),
-            self.provider.as_mut().map(|m| m as &mut dyn StateMachine),
-            self.verifier.as_mut().map(|m| m as &mut dyn StateMachine),
+            self.client
+                .as_deref_mut()
+                .map(|m| m as &mut dyn StateMachine),
+            self.provider
+                .as_deref_mut()
+                .map(|m| m as &mut dyn StateMachine),
+            self.verifier
+                .as_deref_mut()
+                .map(|m| m as &mut dyn StateMachine),
         ]
     }
 
@@ -229,9 +240,15 @@ impl Roles {
 
     /// The earliest of the machines' timeouts.
     pub fn poll_timeout(&self) -> Option<Time> {
-        let c = self.client.as_ref().and_then(StateMachine::poll_timeout);
-        let p = self.provider.as_ref().and_then(StateMachine::poll_timeout);
-        let v = self.verifier.as_ref().and_then(StateMachine::poll_timeout);
+        let c = self.client.as_deref().and_then(StateMachine::poll_timeout);
+        let p = self
+            .provider
+            .as_deref()
+            .and_then(StateMachine::poll_timeout);
+        let v = self
+            .verifier
+            .as_deref()
+            .and_then(StateMachine::poll_timeout);
         [c, p, v].into_iter().flatten().min()
     }
 
@@ -239,7 +256,11 @@ impl Roles {
         if let Some(o) = self.restored.pop_front() {
             return Some(o);
         }
-        if let Some(o) = self.client.as_mut().and_then(StateMachine::poll_output) {
+        if let Some(o) = self
+            .client
+            .as_deref_mut()
+            .and_then(StateMachine::poll_output)
+        {
             return Some(match self.client_fault {
                 Some(fault) => fault.filter(o),
                 None => o,

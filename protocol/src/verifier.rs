@@ -346,7 +346,6 @@ impl Verifier {
             let Some(check) = job.active.as_mut() else {
                 continue;
             };
-            let ann = check.ann.clone();
             if !ok {
                 match check.fetch.failed(now, &retry) {
                     AfterFailure::RetryAt(due) => {
@@ -360,7 +359,9 @@ impl Verifier {
             }
             // Fetched (perhaps for another role of this node): no retry is wanted any more.
             check.fetch.cancel();
-            let steps = spot_check_steps(self.config.seed, &ann, count)
+            // Read in place: a copy would be the interval's state hashes again.
+            let ann = &check.ann;
+            let steps = spot_check_steps(self.config.seed, ann, count)
                 .into_iter()
                 .filter_map(|s| {
                     let i = usize::try_from(s - ann.parent_step).ok()?;

@@ -13,10 +13,10 @@ use std::time::Instant;
 use gpuchain_protocol::B256;
 use gpuchain_protocol::signing::{Scheme, SigningKey, recover_signer};
 
-/// The whole day as last measured (sim/README.md, dev profile, seed 1, 2 cores: 610 s of
-/// CPU, 182.5 M events, 1.65 GB resident): the figure a run of the whole day is printed
+/// The whole day as last measured (sim/README.md, dev profile, seed 1, 2 cores: 273 s of
+/// CPU, 190.9 M events, 1.44 GB resident): the figure a run of the whole day is printed
 /// beside.
-const LAST_MEASURED_DAY_S: f64 = 615.0;
+const LAST_MEASURED_DAY_S: f64 = 283.0;
 /// The target for the whole day.
 const TARGET_DAY_S: f64 = 60.0;
 

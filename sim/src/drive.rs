@@ -19,7 +19,7 @@
 //! Longer than our usual file on purpose: every `Output` of the machines is executed here, and
 //! one `match` over them, in one file, is what makes a missed or doubled output easy to see.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpuchain_protocol as gp;
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, TxId};
@@ -35,6 +35,7 @@ use gpuchain_protocol::{Address, B256, Time, U256};
 
 use crate::cheat::quality_ok;
 use crate::escrow::{self, Call, Epoch, Hash, JobId, Step};
+use crate::fasthash::FastMap;
 use crate::queue::Millis;
 use crate::rng::{Purpose, SimRng, stream};
 use crate::training;
@@ -62,33 +63,161 @@ impl TrainRun {
     }
 }
 
+/// Bytes of a topic name held inline in the subscriber table ("gpuchain/1/job/<id>/heartbeats"
+/// fits for any id below 10^20).
+const SHORT_TOPIC: usize = 46;
+
+/// A topic name as the subscriber table keys it: inline when short (every topic the machines
+/// publish on), so finding a publication's subscribers reads the table's own slot and not a
+/// string allocated elsewhere (that read was a cache miss on every publication). One
+/// representation per name, so the derived equality and hash are the name's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum TopicKey {
+    Short { len: u8, bytes: [u8; SHORT_TOPIC] },
+    Long(Box<str>),
+}
+
+impl TopicKey {
+    fn new(topic: &str) -> TopicKey {
+        let b = topic.as_bytes();
+        if b.len() > SHORT_TOPIC {
+            return TopicKey::Long(topic.into());
+        }
+        let mut bytes = [0u8; SHORT_TOPIC];
+        bytes[..b.len()].copy_from_slice(b);
+        TopicKey::Short {
+            len: b.len() as u8,
+            bytes,
+        }
+    }
+}
+
+/// A topic's subscribers in node order, read on every publication and changed only when a
+/// node subscribes or leaves. Up to [`INLINE_SUBSCRIBERS`] of them (a job's topics: its
+/// client, its verifiers, its providers) are held in the subscriber table's own slot, more
+/// (the jobs topic's thousands of providers) in a sorted vector.
+#[derive(Clone, Debug)]
+enum Subscribers {
+    Inline {
+        len: u8,
+        nodes: [NodeId; INLINE_SUBSCRIBERS],
+    },
+    Many(Vec<NodeId>),
+}
+
+const INLINE_SUBSCRIBERS: usize = 7;
+
+impl Default for Subscribers {
+    fn default() -> Self {
+        Subscribers::Inline {
+            len: 0,
+            nodes: [0; INLINE_SUBSCRIBERS],
+        }
+    }
+}
+
+impl Subscribers {
+    fn as_slice(&self) -> &[NodeId] {
+        match self {
+            Subscribers::Inline { len, nodes } => &nodes[..usize::from(*len)],
+            Subscribers::Many(v) => v,
+        }
+    }
+
+    fn insert(&mut self, node: NodeId) {
+        let Err(at) = self.as_slice().binary_search(&node) else {
+            return;
+        };
+        match self {
+            Subscribers::Inline { len, nodes } if usize::from(*len) < INLINE_SUBSCRIBERS => {
+                let n = usize::from(*len);
+                nodes.copy_within(at..n, at + 1);
+                nodes[at] = node;
+                *len += 1;
+            }
+            Subscribers::Inline { .. } => {
+                let mut v = self.as_slice().to_vec();
+                v.insert(at, node);
+                *self = Subscribers::Many(v);
+            }
+            Subscribers::Many(v) => v.insert(at, node),
+        }
+    }
+
+    fn remove(&mut self, node: NodeId) {
+        let Ok(at) = self.as_slice().binary_search(&node) else {
+            return;
+        };
+        match self {
+            Subscribers::Inline { len, nodes } => {
+                let n = usize::from(*len);
+                nodes.copy_within(at + 1..n, at);
+                *len -= 1;
+            }
+            Subscribers::Many(v) => {
+                v.remove(at);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.as_slice().is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &NodeId> {
+        self.as_slice().iter()
+    }
+}
+
+/// One node as the driver holds it: its machines, its armed poll timer and its trainers,
+/// together (the first cache line holds the machines and the timer), because every event of
+/// a node reads them and the events of 10,000 nodes interleave.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+struct NodeSlot {
+    /// The node's machines; `None` while its process is down.
+    roles: Option<Roles>,
+    /// The armed `poll_timeout` (never 0: a poll is armed at least 1 ms ahead), so a node
+    /// has one pending poll at a time.
+    armed: Option<std::num::NonZeroU64>,
+    /// Its trainers, in job order (a node has one or two: a vector, not a map over all nodes).
+    runs: Vec<TrainRun>,
+}
+
+impl NodeSlot {
+    fn armed(&self) -> Option<Millis> {
+        self.armed.map(std::num::NonZeroU64::get)
+    }
+
+    fn arm(&mut self, at: Option<Millis>) {
+        self.armed = at.and_then(std::num::NonZeroU64::new);
+    }
+}
+
 pub struct Driver {
-    /// Each node's machines; `None` while its process is down.
-    pub machines: Vec<Option<Roles>>,
     /// Each node's key, kept for a restarted process (deriving one is a curve multiplication).
     keys: Vec<SigningKey>,
     addresses: Vec<Address>,
     nodes: BTreeMap<Address, NodeId>,
     /// Subscribers per topic (looked up on every publication; never iterated in an order
     /// that matters, so a hash map).
-    subs: HashMap<String, BTreeSet<NodeId>>,
+    subs: FastMap<TopicKey, Subscribers>,
     /// The topics each node subscribes to (`subs` inverted), so a process that dies leaves
     /// its own topics, not a walk over every live one.
     topics_of: Vec<BTreeSet<String>>,
     /// A publication's receivers, reused from one publication to the next.
     scratch: Vec<NodeId>,
-    to_id: HashMap<B256, Hash>,
-    to_b256: HashMap<Hash, B256>,
+    to_id: FastMap<B256, Hash>,
+    to_b256: FastMap<Hash, B256>,
     domain: EscrowDomain,
     /// How the machines sign (the escrow model recovers bid and vote signers under it too).
     scheme: Scheme,
-    /// Armed `poll_timeout` per node, so a node has one pending poll at a time.
-    armed: Vec<Option<Millis>>,
-    tx_ids: HashMap<u64, (NodeId, TxId)>,
+    /// Per node: what a provider's poll reads (its armed timer, its trainers), together.
+    slots: Vec<NodeSlot>,
+    tx_ids: FastMap<u64, (NodeId, TxId)>,
     next_tag: u64,
     /// The trainers running, per node and job: like the node's, one per job, side by side
     /// (a provider assigned two jobs at once trains both; no contention is modelled).
-    training: BTreeMap<(NodeId, JobId), TrainRun>,
     job_counter: u64,
     /// Providers whose machine knows each live job (fed its `JobCreated`): they hear its
     /// chain events. Dropped when the job ends.
@@ -96,13 +225,18 @@ pub struct Driver {
     /// The live jobs each node follows (`followers` inverted).
     follows: Vec<BTreeSet<JobId>>,
     /// The event that ended each finished job, for a provider that looks the job up later.
-    ended: HashMap<JobId, ChainEvent>,
+    ended: FastMap<JobId, ChainEvent>,
     /// A `withdraw` of each node's is on its way to the chain: its chain client sends no
     /// second one until it is mined (a second would find nothing left to withdraw).
     withdrawing: Vec<bool>,
     /// Draws which subscribers a topic-wide message reaches.
     gossip_rng: SimRng,
-    pub crypto: CryptoCounts,
+    /// What the report's `signatures` says; `signed` and `delivered` by kind are counted in
+    /// `signed` and `delivered` below (an array index per message, not a map look-up by name)
+    /// and filled in by [`Driver::crypto`].
+    crypto: CryptoCounts,
+    signed: [u64; KINDS.len()],
+    delivered: [u64; KINDS.len()],
 }
 
 /// Signatures made and checked, and messages delivered, by message kind: what the protocol
@@ -136,14 +270,18 @@ impl CryptoCounts {
     }
 }
 
-fn kind(m: &Message) -> &'static str {
+/// The message kinds as the report names them, in [`kind`]'s order.
+const KINDS: [&str; 6] = ["hello", "offer", "bid", "heartbeat", "announce", "vote"];
+
+/// `m`'s kind, an index into [`KINDS`].
+fn kind(m: &Message) -> usize {
     match m {
-        Message::NodeHello(_) => "hello",
-        Message::JobOffer(_) => "offer",
-        Message::Bid(_) => "bid",
-        Message::Heartbeat(_) => "heartbeat",
-        Message::CheckpointAnnounce(_) => "announce",
-        Message::Vote(_) => "vote",
+        Message::NodeHello(_) => 0,
+        Message::JobOffer(_) => 1,
+        Message::Bid(_) => 2,
+        Message::Heartbeat(_) => 3,
+        Message::CheckpointAnnounce(_) => 4,
+        Message::Vote(_) => 5,
     }
 }
 
@@ -159,26 +297,51 @@ fn job_u64(j: U256) -> Option<JobId> {
     u64::try_from(j).ok()
 }
 
-/// What an honest trainer's state hash is at `step` (deterministic training).
-fn honest_state(job: JobId, step: Step) -> B256 {
-    model_hash(0x686f_6e65_7374, job, step, 0)
+/// The training model's state hashes of one job: what an honest trainer's state is at each
+/// step (deterministic training), and what a cheater fabricates for a step it skipped. Each
+/// is a 256-bit value standing for a state hash: a function of its inputs that nothing
+/// mistakes for another's. Not a cryptographic hash: nothing in the model inverts it, and a
+/// trainer emits one per step (tens of millions a simulated day), so the job's part of the
+/// mix is done once per interval.
+struct StateHashes {
+    honest: u64,
+    fabricated: u64,
 }
 
-fn fabricated_state(job: JobId, step: Step, epoch: Epoch) -> B256 {
-    model_hash(0x6661_6272_6963, job, step, epoch)
-}
+impl StateHashes {
+    const HONEST: u64 = 0x686f_6e65_7374;
+    const FABRICATED: u64 = 0x6661_6272_6963;
 
-/// A 256-bit value standing for a state hash in the training model: a function of its inputs
-/// that nothing mistakes for another's. Not a cryptographic hash: nothing in the model
-/// inverts it, and a trainer emits one per step (tens of millions a simulated day).
-fn model_hash(tag: u64, job: JobId, step: Step, epoch: Epoch) -> B256 {
-    fn mix(mut z: u64) -> u64 {
-        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    fn new(job: JobId) -> StateHashes {
+        StateHashes {
+            honest: model_seed(Self::HONEST, job),
+            fabricated: model_seed(Self::FABRICATED, job),
+        }
     }
-    let seed = mix(mix(mix(tag) ^ job) ^ step) ^ epoch;
+
+    fn honest(&self, step: Step) -> B256 {
+        model_lanes(self.honest, step, 0)
+    }
+
+    fn fabricated(&self, step: Step, epoch: Epoch) -> B256 {
+        model_lanes(self.fabricated, step, epoch)
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The part of a state hash that depends on its kind (`tag`) and the job only.
+fn model_seed(tag: u64, job: JobId) -> u64 {
+    mix(mix(tag) ^ job)
+}
+
+fn model_lanes(seed: u64, step: Step, epoch: Epoch) -> B256 {
+    let seed = mix(seed ^ step) ^ epoch;
     let mut out = [0u8; 32];
     for (lane, chunk) in out.chunks_exact_mut(8).enumerate() {
         chunk.copy_from_slice(
@@ -233,35 +396,35 @@ impl Driver {
             .collect();
         let domain = escrow::domain();
         let mut d = Driver {
-            machines: (0..n).map(|_| None).collect(),
             keys: keys.clone(),
             addresses,
             nodes,
-            subs: HashMap::new(),
+            subs: FastMap::default(),
             topics_of: vec![BTreeSet::new(); n],
             scratch: Vec::new(),
-            to_id: HashMap::new(),
-            to_b256: HashMap::new(),
+            to_id: FastMap::default(),
+            to_b256: FastMap::default(),
             domain,
             scheme: w.cfg.protocol.signatures,
-            armed: vec![None; n],
-            tx_ids: HashMap::new(),
+            slots: (0..n).map(|_| NodeSlot::default()).collect(),
+            tx_ids: FastMap::default(),
             next_tag: 1,
-            training: BTreeMap::new(),
             job_counter: 0,
             followers: BTreeMap::new(),
             follows: vec![BTreeSet::new(); n],
-            ended: HashMap::new(),
+            ended: FastMap::default(),
             withdrawing: vec![false; n],
             gossip_rng: stream(w.seed, Purpose::Gossip, 0),
             crypto: CryptoCounts {
                 scheme: w.cfg.protocol.signatures,
                 ..CryptoCounts::default()
             },
+            signed: [0; KINDS.len()],
+            delivered: [0; KINDS.len()],
         };
         for (i, key) in keys.iter().enumerate() {
             let node = i as NodeId;
-            d.machines[i] = Some(d.fresh(w, node, key));
+            d.slots[i].roles = Some(d.fresh(w, node, key));
         }
         d
     }
@@ -306,17 +469,21 @@ impl Driver {
     }
 
     fn subscribe(&mut self, node: NodeId, topic: String) {
-        self.subs.entry(topic.clone()).or_default().insert(node);
+        self.subs
+            .entry(TopicKey::new(&topic))
+            .or_default()
+            .insert(node);
         self.topics_of[node as usize].insert(topic);
     }
 
     fn unsubscribe(&mut self, node: NodeId, topic: &str) {
         self.topics_of[node as usize].remove(topic);
-        if let Some(s) = self.subs.get_mut(topic) {
-            s.remove(&node);
+        let key = TopicKey::new(topic);
+        if let Some(s) = self.subs.get_mut(&key) {
+            s.remove(node);
             // An ended job's topics go with their last subscriber.
             if s.is_empty() {
-                self.subs.remove(topic);
+                self.subs.remove(&key);
             }
         }
     }
@@ -336,6 +503,24 @@ impl Driver {
         self.addresses[node as usize]
     }
 
+    /// Signatures made and checked and messages delivered so far, by kind (kinds never seen
+    /// are left out).
+    pub fn crypto(&self) -> CryptoCounts {
+        let by_kind = |counts: &[u64; KINDS.len()]| {
+            KINDS
+                .iter()
+                .zip(counts)
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, n)| (*k, *n))
+                .collect()
+        };
+        CryptoCounts {
+            signed: by_kind(&self.signed),
+            delivered: by_kind(&self.delivered),
+            ..self.crypto.clone()
+        }
+    }
+
     /// The training model's id for a checkpoint hash it minted (`None` for any other hash).
     pub(crate) fn known_id(&self, h: &B256) -> Option<Hash> {
         self.to_id.get(h).copied()
@@ -343,6 +528,32 @@ impl Driver {
 
     pub(crate) fn node(&self, a: &Address) -> Option<NodeId> {
         self.nodes.get(a).copied()
+    }
+
+    /// `node`'s trainer for `job`.
+    fn run(&self, node: NodeId, job: JobId) -> Option<&TrainRun> {
+        self.slots[node as usize].runs.iter().find(|r| r.job == job)
+    }
+
+    fn run_mut(&mut self, node: NodeId, job: JobId) -> Option<&mut TrainRun> {
+        self.slots[node as usize]
+            .runs
+            .iter_mut()
+            .find(|r| r.job == job)
+    }
+
+    /// Starts `run` on `node`, replacing its job's trainer there if any; kept in job order.
+    fn insert_run(&mut self, node: NodeId, run: TrainRun) {
+        let runs = &mut self.slots[node as usize].runs;
+        let at = runs.partition_point(|r| r.job < run.job);
+        match runs.get_mut(at) {
+            Some(r) if r.job == run.job => *r = run,
+            _ => runs.insert(at, run),
+        }
+    }
+
+    fn remove_run(&mut self, node: NodeId, job: JobId) {
+        self.slots[node as usize].runs.retain(|r| r.job != job);
     }
 
     fn id_of(&mut self, h: B256) -> Hash {
@@ -378,7 +589,7 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(m) = d.machines[node as usize].as_mut() else {
+        let Some(m) = d.slots[node as usize].roles.as_mut() else {
             return;
         };
         f(m, now);
@@ -390,7 +601,7 @@ impl World {
             let Some(d) = self.driver.as_mut() else {
                 return;
             };
-            let Some(m) = d.machines[node as usize].as_mut() else {
+            let Some(m) = d.slots[node as usize].roles.as_mut() else {
                 return;
             };
             let Some(out) = m.poll_output() else {
@@ -402,7 +613,7 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(m) = d.machines[node as usize].as_mut() else {
+        let Some(m) = d.slots[node as usize].roles.as_mut() else {
             return;
         };
         let next = m.poll_timeout();
@@ -419,8 +630,11 @@ impl World {
             // Never zero delay: a machine that keeps reporting a due timeout must not spin
             // the clock in place.
             let at = t.as_millis().max(self.now + 1);
-            if d.armed[node as usize].is_none_or(|a| at < a || a < self.now) {
-                d.armed[node as usize] = Some(at);
+            if d.slots[node as usize]
+                .armed()
+                .is_none_or(|a| at < a || a < self.now)
+            {
+                d.slots[node as usize].arm(Some(at));
                 let delay = at - self.now;
                 self.timer(node, delay, Timer::Poll);
             }
@@ -433,11 +647,11 @@ impl World {
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                *d.crypto.signed.entry(kind(&message)).or_default() += 1;
+                d.signed[kind(&message)] += 1;
                 // A scratch list, reused: one publication after another would allocate one.
                 let mut subs = std::mem::take(&mut d.scratch);
                 subs.clear();
-                if let Some(s) = d.subs.get(&topic) {
+                if let Some(s) = d.subs.get(&TopicKey::new(&topic)) {
                     subs.extend(s.iter().copied().filter(|to| *to != node));
                 }
                 // The jobs topic spans every provider: within a bid window a mesh reaches
@@ -527,7 +741,7 @@ impl World {
                 let previous = self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&(node, job)))
+                    .and_then(|d| d.run(node, job))
                     .map(|r| (r.job, r.epoch));
                 if let Some((j, e)) = previous {
                     self.stop_run(node, j, e);
@@ -535,7 +749,7 @@ impl World {
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                d.training.insert((node, job), run);
+                d.insert_run(node, run);
                 // The trainer fetches the start checkpoint from the client or a verifier first.
                 let client = self.book(job).map_or(0, |b| b.client);
                 let bytes = self.cfg.job.checkpoint_bytes;
@@ -584,9 +798,9 @@ impl World {
                 ..
             } => {
                 let job = job_u64(job_id).unwrap_or(0);
+                let model = StateHashes::new(job);
                 let pass = steps.iter().all(|s| {
-                    s.before == honest_state(job, s.step - 1)
-                        && s.after == honest_state(job, s.step)
+                    s.before == model.honest(s.step - 1) && s.after == model.honest(s.step)
                 });
                 let Some(d) = self.driver.as_mut() else {
                     return;
@@ -635,14 +849,14 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(run) = d.training.get(&(node, job)) else {
+        let Some(run) = d.run(node, job) else {
             return;
         };
         if run.epoch != epoch {
             return;
         }
         let run = run.clone();
-        d.training.remove(&(node, job));
+        d.remove_run(node, job);
         if let (Some(t0), Some(p)) = (run.started, self.provider_index(node))
             && let Some(rate) = self.providers[p].rate
         {
@@ -705,14 +919,14 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        if d.machines[to as usize].is_none() {
+        if d.slots[to as usize].roles.is_none() {
             return;
         }
-        *d.crypto.delivered.entry(kind(msg.message())).or_default() += 1;
+        d.delivered[kind(msg.message())] += 1;
         if let Message::Heartbeat(h) = msg.message()
             && job_u64(h.job_id)
-                .and_then(|job| self.book(job))
-                .is_none_or(|b| b.client != to)
+                .and_then(|job| self.job_client(job))
+                .is_none_or(|c| c != to)
             && let Some(d) = self.driver.as_mut()
         {
             d.crypto.heartbeats_off_client += 1;
@@ -816,15 +1030,15 @@ impl World {
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                if d.armed[node as usize] != Some(self.now) {
+                if d.slots[node as usize].armed() != Some(self.now) {
                     return;
                 }
-                d.armed[node as usize] = None;
+                d.slots[node as usize].arm(None);
                 // Armed for a deadline that has moved on since (a client's failure detector
                 // moves with every heartbeat): nothing is due, so the machine is not woken
                 // (`poll_timeout` is the earliest time `handle_timeout` has something to do);
                 // only the timer is armed again.
-                let Some(m) = d.machines[node as usize].as_ref() else {
+                let Some(m) = d.slots[node as usize].roles.as_ref() else {
                     return;
                 };
                 let next = m.poll_timeout();
@@ -846,7 +1060,8 @@ impl World {
                 };
                 if let (true, Some(c)) = (
                     live,
-                    d.machines[node as usize]
+                    d.slots[node as usize]
+                        .roles
                         .as_mut()
                         .and_then(Roles::client_mut),
                 ) {
@@ -868,7 +1083,7 @@ impl World {
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
-                let Some(run) = d.training.get_mut(&(node, job)) else {
+                let Some(run) = d.run_mut(node, job) else {
                     return;
                 };
                 if run.job != job || run.epoch != epoch || run.started.is_some() {
@@ -956,16 +1171,13 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(m) = d.machines[node as usize].as_mut() else {
+        let slot = &mut d.slots[node as usize];
+        let Some(m) = slot.roles.as_mut() else {
             return;
         };
         // Fed without draining: the handle_timeout that follows executes what they ask for
         // and arms the one timer.
-        for r in d
-            .training
-            .range((node, JobId::MIN)..=(node, JobId::MAX))
-            .map(|(_, r)| r)
-        {
+        for r in &slot.runs {
             let Some(step) = r.progress(self.now, rate) else {
                 continue;
             };
@@ -982,11 +1194,7 @@ impl World {
     }
 
     fn schedule_run_checkpoint(&mut self, node: NodeId, job: JobId, epoch: Epoch, step: Step) {
-        let Some(run) = self
-            .driver
-            .as_ref()
-            .and_then(|d| d.training.get(&(node, job)))
-        else {
+        let Some(run) = self.driver.as_ref().and_then(|d| d.run(node, job)) else {
             return;
         };
         let (Some(t0), Some(p)) = (run.started, self.provider_index(node)) else {
@@ -1010,7 +1218,7 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        let Some(run) = d.training.get(&(node, job)).cloned() else {
+        let Some(run) = d.run(node, job).cloned() else {
             return;
         };
         if run.job != job || run.epoch != epoch {
@@ -1022,17 +1230,19 @@ impl World {
             return;
         };
         let checkpoint_hash = d.b256_of(hash);
-        let mut state_hashes = vec![honest_state(job, run.parent_step)];
+        let model = StateHashes::new(job);
+        let mut state_hashes = Vec::with_capacity((step - run.parent_step + 1) as usize);
+        state_hashes.push(model.honest(run.parent_step));
         for s in run.parent_step + 1..=step {
             let fake =
                 mismatch >= 1.0 || (mismatch > 0.0 && self.providers[p].rng.chance(mismatch));
             state_hashes.push(if fake {
-                fabricated_state(job, s, epoch)
+                model.fabricated(s, epoch)
             } else {
-                honest_state(job, s)
+                model.honest(s)
             });
         }
-        if let Some(run) = d.training.get_mut(&(node, job)) {
+        if let Some(run) = d.run_mut(node, job) {
             run.parent_step = step;
             run.parent = checkpoint_hash;
         }
@@ -1091,7 +1301,11 @@ impl World {
             deadline: now_s + cfg.deadline_s,
             grace: cfg.grace_s,
         };
-        if let Some(m) = d.machines[c as usize].as_mut().and_then(Roles::client_mut) {
+        if let Some(m) = d.slots[c as usize]
+            .roles
+            .as_mut()
+            .and_then(Roles::client_mut)
+        {
             m.create_job(spec, params);
         }
         self.drain(c);
@@ -1179,7 +1393,7 @@ impl World {
                 if let Some(run) = self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&(me, job_id)))
+                    .and_then(|d| d.run(me, job_id))
                     .cloned()
                 {
                     self.stop_run(me, run.job, run.epoch);
@@ -1189,7 +1403,7 @@ impl World {
                 if self
                     .driver
                     .as_ref()
-                    .and_then(|d| d.training.get(&(me, job_id)))
+                    .and_then(|d| d.run(me, job_id))
                     .is_some_and(|r| r.epoch == *epoch)
                 {
                     self.stop_run(me, job_id, *epoch);
@@ -1287,8 +1501,8 @@ impl World {
         let Some(d) = self.driver.as_mut() else {
             return;
         };
-        d.machines[node as usize] = None;
-        d.armed[node as usize] = None;
+        d.slots[node as usize].roles = None;
+        d.slots[node as usize].arm(None);
         for topic in std::mem::take(&mut d.topics_of[node as usize]) {
             d.unsubscribe(node, &topic);
         }
@@ -1307,17 +1521,80 @@ impl World {
         };
         let key = d.keys[node as usize].clone();
         let m = d.fresh(self, node, &key);
-        d.machines[node as usize] = Some(m);
+        d.slots[node as usize].roles = Some(m);
         self.driver = Some(d);
     }
 
     /// The epochs a provider is training, per the driver (for failure bookkeeping).
     pub fn drive_current(&self, node: NodeId) -> Vec<(JobId, Epoch)> {
         self.driver.as_ref().map_or_else(Vec::new, |d| {
-            d.training
-                .range((node, 0)..=(node, JobId::MAX))
-                .map(|(_, r)| (r.job, r.epoch))
+            d.slots[node as usize]
+                .runs
+                .iter()
+                .map(|r| (r.job, r.epoch))
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The state hashes are the values the training model has always minted (a report
+    /// carries none of them, but a changed value would move nothing but the announcements'
+    /// roots, silently).
+    #[test]
+    fn state_hashes_are_the_models_mix() {
+        fn reference(tag: u64, job: JobId, step: Step, epoch: Epoch) -> B256 {
+            let seed = mix(mix(mix(tag) ^ job) ^ step) ^ epoch;
+            let mut out = [0u8; 32];
+            for (lane, chunk) in out.chunks_exact_mut(8).enumerate() {
+                chunk.copy_from_slice(
+                    &mix(seed ^ (lane as u64).wrapping_mul(0xd6e8_feb8_6659_fd93)).to_le_bytes(),
+                );
+            }
+            B256::from(out)
+        }
+        for (job, step, epoch) in [(1, 0, 1), (7, 500, 2), (u64::MAX, 19_999, 9)] {
+            let model = StateHashes::new(job);
+            assert_eq!(
+                model.honest(step),
+                reference(0x686f_6e65_7374, job, step, 0)
+            );
+            assert_eq!(
+                model.fabricated(step, epoch),
+                reference(0x6661_6272_6963, job, step, epoch)
+            );
+        }
+        assert_eq!(
+            mix(0),
+            0xe220_a839_7b1d_cdaf,
+            "SplitMix64's finaliser, unchanged"
+        );
+    }
+
+    /// Subscribers stay sorted and unique through inserts and removals, across the move
+    /// from the inline array to a vector.
+    #[test]
+    fn subscribers_stay_a_sorted_set() {
+        let mut s = Subscribers::default();
+        let mut model = BTreeSet::new();
+        let mut x = 7u32;
+        for i in 0..400 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345) % 23;
+            if i % 3 == 2 {
+                s.remove(x);
+                model.remove(&x);
+            } else {
+                s.insert(x);
+                model.insert(x);
+            }
+            assert_eq!(
+                s.iter().copied().collect::<Vec<_>>(),
+                model.iter().copied().collect::<Vec<_>>()
+            );
+            assert_eq!(s.is_empty(), model.is_empty());
+        }
     }
 }

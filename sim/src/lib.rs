@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod drive;
 pub mod escrow;
+pub mod fasthash;
 pub mod metrics;
 pub mod network;
 pub mod nodes;

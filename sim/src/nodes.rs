@@ -30,17 +30,19 @@ impl ClientState {
     }
 }
 
-/// A provider process: what it is and whether it runs.
+/// A provider process: what it is and whether it runs. What every one of its timers reads
+/// (the incarnation, the training rate) comes first, in the struct's first cache line.
+#[repr(C, align(64))]
 pub struct ProviderState {
-    pub name: Option<String>,
-    pub hardware: usize,
     /// Steps per second on its hardware; `None` when it cannot fit the smallest micro-batch.
     pub rate: Option<f64>,
-    pub price: u128,
-    pub cheat: Option<CheatKind>,
-    pub online: bool,
     /// Bumped at every failure and rejoin: timers of an earlier life are dropped.
     pub incarnation: u32,
+    pub online: bool,
+    pub cheat: Option<CheatKind>,
+    pub hardware: usize,
+    pub price: u128,
+    pub name: Option<String>,
     pub(crate) rng: SimRng,
 }
 

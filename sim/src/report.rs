@@ -234,7 +234,7 @@ impl Report {
                     )
                 })
                 .collect(),
-            signatures: w.driver.as_ref().map(|d| d.crypto.clone()),
+            signatures: w.driver.as_ref().map(crate::drive::Driver::crypto),
             accepted_curve: m
                 .accepted_curve
                 .iter()

@@ -1,7 +1,6 @@
 //! The last events before a failure, kept in a ring so a failing run can print a short trace
 //! without paying for formatting on the millions of events that pass.
 
-use std::collections::VecDeque;
 use std::fmt::Write;
 
 use crate::queue::Millis;
@@ -10,21 +9,27 @@ use crate::world::{Msg, NodeId, Timer};
 #[derive(Clone, Debug)]
 pub enum Detail {
     None,
-    /// A protocol message is shared with its deliveries (`Msg::Wire` holds an `Rc`), so
-    /// keeping it here costs a reference count, not a copy of its state hashes.
-    Msg(Msg),
+    /// A protocol message, summarised when it is delivered (it is being read then anyway).
+    /// Holding the message itself would keep it alive for another 64 events, and letting go
+    /// of it here would touch its cold reference count on every later event.
+    Msg(Summary),
     Timer(Timer),
 }
 
+/// A protocol message as the trace shows it: kind, job, epoch, step or sequence number, and
+/// the signer's first bytes.
+pub type Summary = (&'static str, u64, u64, u64, [u8; 3]);
+
 impl From<&Msg> for Detail {
     fn from(m: &Msg) -> Self {
-        Detail::Msg(m.clone())
+        let Msg::Wire(w) = m;
+        Detail::Msg(wire_summary(w.message()))
     }
 }
 
 /// A protocol message, summarised (kind, job, epoch, step or sequence number, signer's first
 /// bytes): the state hashes and signature bytes say nothing to a reader of a trace.
-fn wire_summary(w: &gpuchain_protocol::wire::Message) -> (&'static str, u64, u64, u64, [u8; 3]) {
+fn wire_summary(w: &gpuchain_protocol::wire::Message) -> Summary {
     use gpuchain_protocol::wire::Message as M;
     let job = |j: gpuchain_protocol::U256| u64::try_from(j).unwrap_or(u64::MAX);
     let short = |a: &gpuchain_protocol::Address| [a.0[0], a.0[1], a.0[2]];
@@ -74,14 +79,17 @@ impl From<&()> for Detail {
 
 pub struct Trace {
     cap: usize,
-    items: VecDeque<(Millis, &'static str, NodeId, Detail)>,
+    /// A ring: once full, `items[next]` is the oldest entry and the next one overwritten.
+    items: Vec<(Millis, &'static str, NodeId, Detail)>,
+    next: usize,
 }
 
 impl Trace {
     pub fn new(cap: usize) -> Self {
         Trace {
             cap,
-            items: VecDeque::with_capacity(cap),
+            items: Vec::with_capacity(cap),
+            next: 0,
         }
     }
 
@@ -92,21 +100,24 @@ impl Trace {
         node: NodeId,
         detail: impl Into<Detail>,
     ) {
-        if self.items.len() == self.cap {
-            self.items.pop_front();
+        let item = (at, kind, node, detail.into());
+        if self.items.len() < self.cap {
+            self.items.push(item);
+        } else if let Some(slot) = self.items.get_mut(self.next) {
+            *slot = item;
+            self.next = (self.next + 1) % self.cap;
         }
-        self.items.push_back((at, kind, node, detail.into()));
     }
 
     pub fn render(&self) -> String {
         let mut s = String::new();
-        for (at, kind, node, d) in &self.items {
+        let (newer, older) = self.items.split_at(self.next);
+        for (at, kind, node, d) in older.iter().chain(newer) {
             let _ = match d {
                 Detail::None => {
                     writeln!(s, "  {:>10.3}s {kind:<16} node {node}", *at as f64 / 1000.0)
                 }
-                Detail::Msg(Msg::Wire(w)) => {
-                    let (what, job, epoch, n, from) = wire_summary(w.message());
+                Detail::Msg((what, job, epoch, n, from)) => {
                     writeln!(
                         s,
                         "  {:>10.3}s {kind:<16} node {node} {what} job {job} epoch {epoch} #{n} from 0x{:02x}{:02x}{:02x}…",
@@ -124,5 +135,24 @@ impl Trace {
             };
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_last_events_oldest_first() {
+        let mut t = Trace::new(4);
+        for at in 0..10 {
+            t.push(at * 1000, "fail", at as NodeId, &());
+        }
+        let text = t.render();
+        let nodes: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split("node ").nth(1))
+            .collect();
+        assert_eq!(nodes, ["6", "7", "8", "9"]);
     }
 }

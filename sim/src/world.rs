@@ -5,12 +5,11 @@
 //! Longer than our usual file because the event loop, the chain and the network share the one
 //! queue and clock; splitting them would hand `&mut World` across modules for every event.
 
-use std::collections::HashMap;
-
 use crate::cheat::{CheatKind, Observed};
 use crate::checker::{Checker, Failure};
 use crate::config::SimConfig;
 use crate::escrow::{self, Call, CallRecord, Epoch, Escrow, Hash, JobId, Step, job_no};
+use crate::fasthash::FastMap;
 use crate::metrics::Metrics;
 use crate::network::Network;
 use crate::nodes::{ClientState, ProviderState};
@@ -95,7 +94,8 @@ pub enum Event {
     TxFailed {
         to: NodeId,
         call: Box<Call>,
-        error: escrow::EscrowError,
+        /// Boxed: a revert's arguments would make every queued event twice its size.
+        error: Box<escrow::EscrowError>,
         tag: u64,
     },
     Fail {
@@ -173,14 +173,17 @@ pub struct World {
     pub clients: Vec<ClientState>,
     pub providers: Vec<ProviderState>,
     pub books: Vec<JobBook>,
-    pub truths: HashMap<Hash, Truth>,
+    /// Each job's client (`books[j].client`), alone: read on every heartbeat delivered, where
+    /// the recent jobs' entries of this vector stay in cache and their books do not.
+    pub job_clients: Vec<NodeId>,
+    pub truths: FastMap<Hash, Truth>,
     /// Checkpoints some fetch could not get (their provider was down or cut off): what the
     /// honest-stake observer tells apart from a served checkpoint voted down.
     pub unserved: std::collections::HashSet<Hash>,
     next_hash: Hash,
     pub last_honest: Option<(JobId, Hash)>,
     /// Cheating announcements by (job, epoch, step): kind and time, until decided.
-    pub cheat_claims: HashMap<(JobId, Epoch, Step), (CheatKind, Millis)>,
+    pub cheat_claims: FastMap<(JobId, Epoch, Step), (CheatKind, Millis)>,
     pub metrics: Metrics,
     pub checker: Checker,
     pub trace: Trace,
@@ -259,11 +262,12 @@ impl World {
             clients,
             providers,
             books: Vec::new(),
-            truths: HashMap::new(),
+            job_clients: Vec::new(),
+            truths: FastMap::default(),
             unserved: std::collections::HashSet::new(),
             next_hash: 1,
             last_honest: None,
-            cheat_claims: HashMap::new(),
+            cheat_claims: FastMap::default(),
             metrics: Metrics::default(),
             checker: Checker::new(cfg.full_checks, (2 * cfg.chain.block_ms + 5_000) / 1000 + 1),
             trace: Trace::new(64),
@@ -622,7 +626,7 @@ impl World {
                         Event::TxFailed {
                             to: from,
                             call: Box::new(call),
-                            error,
+                            error: Box::new(error),
                             tag,
                         },
                     );
@@ -668,6 +672,15 @@ impl World {
             .ok()
             .and_then(|j| j.checked_sub(1))
             .and_then(|j| self.books.get(j))
+    }
+
+    /// The client of `job` (`book(job).client`).
+    pub fn job_client(&self, job: JobId) -> Option<NodeId> {
+        usize::try_from(job)
+            .ok()
+            .and_then(|j| j.checked_sub(1))
+            .and_then(|j| self.job_clients.get(j))
+            .copied()
     }
 
     pub fn book_mut(&mut self, job: JobId) -> Option<&mut JobBook> {
@@ -746,6 +759,7 @@ impl World {
                     client: from,
                     ..JobBook::default()
                 });
+                self.job_clients.push(from);
                 self.metrics.jobs_created += 1;
                 self.note(|w| format!("Job {job_id} created by {}", w.name(from)));
             }
