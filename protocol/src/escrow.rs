@@ -1817,15 +1817,36 @@ impl Escrow {
         Ok(total)
     }
 
-    /// Pays `amount` of the stake token out to `to` (after the caller's checks).
-    fn pay_stake(&mut self, to: Address, amount: U256) -> Result<(), EscrowError> {
+    /// `withdrawStake`'s and `withdrawVerifierStake`'s checks, then the payout of the
+    /// stake's `unbonding` part to `to` in the stake token: what was paid.
+    fn pay_unbonded(
+        &mut self,
+        to: Address,
+        unbonding: U256,
+        unbond_at: u64,
+        now: u64,
+    ) -> Result<U256, EscrowError> {
+        if unbonding.is_zero() {
+            return Err(EscrowError::NotUnbonding);
+        }
+        if now < unbond_at {
+            return Err(EscrowError::TooEarly {
+                allowed_at: U256::from(unbond_at),
+            });
+        }
         let escrow = self.address();
         let token = self.stake_token;
         let t = self.tokens.entry(token).or_default();
-        t.check_transfer(escrow, amount)?;
-        t.move_checked(None, escrow, to, amount);
-        self.owe(token, |o| o.saturating_sub(amount));
-        Ok(())
+        t.check_transfer(escrow, unbonding)?;
+        t.move_checked(None, escrow, to, unbonding);
+        self.owe(token, |o| o.saturating_sub(unbonding));
+        Ok(unbonding)
+    }
+
+    /// When stake unbonding from `now` on can be withdrawn (both kinds of stake).
+    fn unbond_available_at(&self, now: u64) -> Result<u64, EscrowError> {
+        now.checked_add(self.unbond_delay)
+            .ok_or(EscrowError::Panic(0x11))
     }
 
     fn request_unbond(
@@ -1846,9 +1867,7 @@ impl Escrow {
                 requested: amount,
             });
         }
-        let available_at = now
-            .checked_add(self.unbond_delay)
-            .ok_or(EscrowError::Panic(0x11))?;
+        let available_at = self.unbond_available_at(now)?;
         self.stakes.insert(
             sender,
             Stake {
@@ -1873,16 +1892,7 @@ impl Escrow {
         ev: &mut Vec<Event>,
     ) -> Result<(), EscrowError> {
         let st = self.stake_of(sender);
-        if st.unbonding.is_zero() {
-            return Err(EscrowError::NotUnbonding);
-        }
-        if now < st.unbond_at {
-            return Err(EscrowError::TooEarly {
-                allowed_at: U256::from(st.unbond_at),
-            });
-        }
-        let amount = st.unbonding;
-        self.pay_stake(sender, amount)?;
+        let amount = self.pay_unbonded(sender, st.unbonding, st.unbond_at, now)?;
         self.stakes.insert(
             sender,
             Stake {
@@ -1949,9 +1959,7 @@ impl Escrow {
                 requested: amount,
             });
         }
-        let available_at = now
-            .checked_add(self.unbond_delay)
-            .ok_or(EscrowError::Panic(0x11))?;
+        let available_at = self.unbond_available_at(now)?;
         let bonded = st.bonded - amount;
         let leaves = st.pooled && bonded < self.min_verifier_stake;
         if leaves && let Some(at) = self.pool.iter().position(|a| *a == sender) {
@@ -1984,16 +1992,7 @@ impl Escrow {
         ev: &mut Vec<Event>,
     ) -> Result<(), EscrowError> {
         let st = self.verifier_stake_of(sender);
-        if st.unbonding.is_zero() {
-            return Err(EscrowError::NotUnbonding);
-        }
-        if now < st.unbond_at {
-            return Err(EscrowError::TooEarly {
-                allowed_at: U256::from(st.unbond_at),
-            });
-        }
-        let amount = st.unbonding;
-        self.pay_stake(sender, amount)?;
+        let amount = self.pay_unbonded(sender, st.unbonding, st.unbond_at, now)?;
         self.verifier_stakes.insert(
             sender,
             VerifierStake {

@@ -12,8 +12,6 @@
 //! - Outputs come out client first, then provider, then verifier, each machine's in the order
 //!   it made them. A test fault ([`ClientFault`], TESTING ONLY) filters the client's.
 //! - The timeout is the earliest of the machines'.
-//! - Every chain event, whatever the roles, is folded into one [`ChainRecord`] (what the
-//!   node's `provider status` and `job status` show), the restore's history included.
 //! - [`Roles::restore`] rebuilds the machines after a restart from the chain history the
 //!   node's chain follower had already handled: the client with [`Client::restore`], the
 //!   provider and the verifier by replaying the history without acting on it (only their
@@ -26,7 +24,6 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use crate::chain::ChainEvent;
-use crate::chain_record::ChainRecord;
 use crate::client::{Client, ClientConfig};
 use crate::faults::ClientFault;
 use crate::io::{Input, Output, StateMachine};
@@ -57,8 +54,6 @@ pub struct Roles {
     verifier: Option<Box<Verifier>>,
     /// TESTING ONLY: what the client's outputs go through.
     client_fault: Option<ClientFault>,
-    /// Every job's record on chain.
-    record: ChainRecord,
     /// What a restore kept from the provider's and verifier's replay (their subscriptions),
     /// handed out before anything the machines produce later.
     restored: VecDeque<Output>,
@@ -78,7 +73,6 @@ impl Roles {
                 .verifier
                 .map(|c| Box::new(Verifier::new(c, key.clone()))),
             client_fault: None,
-            record: ChainRecord::default(),
             restored: VecDeque::new(),
         }
     }
@@ -94,7 +88,6 @@ impl Roles {
             provider: provider.map(Box::new),
             verifier: verifier.map(Box::new),
             client_fault: None,
-            record: ChainRecord::default(),
             restored: VecDeque::new(),
         }
     }
@@ -140,13 +133,7 @@ impl Roles {
         if let Some(v) = roles.verifier.as_deref_mut() {
             roles.restored.extend(replay(v, now, history));
         }
-        roles.record = ChainRecord::from_history(history.iter().map(|(_, e)| e));
         roles
-    }
-
-    /// What the chain says every provider and verifier did, from every event this node saw.
-    pub fn chain_record(&self) -> &ChainRecord {
-        &self.record
     }
 
     /// TESTING ONLY: makes this node's client hostile (see [`crate::faults`]); `None`
@@ -217,9 +204,6 @@ impl Roles {
     /// An input for every machine present. The last one gets the input itself, so a node with
     /// one role copies nothing (a checkpoint's state hashes are thousands of bytes).
     pub fn handle_input(&mut self, now: Time, input: Input) {
-        if let Input::Chain { event, .. } = &input {
-            self.record.apply(event);
-        }
         let mut left = self.machines().iter().flatten().count();
         for m in self.machines().into_iter().flatten() {
             left -= 1;

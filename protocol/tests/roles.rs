@@ -618,8 +618,9 @@ fn restore_rebuilds_every_role_of_one_node() {
     );
     assert!(roles.provider().unwrap().training(id(2)).is_none());
     assert!(roles.verifier().unwrap().head(id(3)).is_some());
-    // The chain record is rebuilt from the same history, whatever the roles.
-    let record = roles.chain_record();
+    // The client's chain record (what it ranks bids by) is rebuilt from the same history,
+    // every job's events included.
+    let record = roles.client().unwrap().chain_record();
     assert_eq!(record.provider(&k.node.address()).epochs_assigned, 1);
     assert_eq!(record.verifier(&k.node.address()).seats, 1);
     assert_eq!(record.verifier(&k.verifier.address()).seats, 3);
@@ -632,7 +633,12 @@ fn restore_rebuilds_every_role_of_one_node() {
         }),
     );
     assert_eq!(
-        roles.chain_record().provider(&k.node.address()).epochs_lost,
+        roles
+            .client()
+            .unwrap()
+            .chain_record()
+            .provider(&k.node.address())
+            .epochs_lost,
         1
     );
     assert!(roles.client().unwrap().job_status(id(1)).is_some());
