@@ -89,6 +89,24 @@ fn ok<T: serde::Serialize>(v: T) -> ApiResult {
 /// Refuses, in this order: a `Host` that does not name this node (403), a foreign `Origin`
 /// (403), a missing or wrong token (401). Nothing of the request reaches a handler before.
 pub async fn guard(State(access): State<Access>, req: Request, next: Next) -> Response {
+    match check(&access, &req, true) {
+        Ok(()) => next.run(req).await,
+        Err(r) => r,
+    }
+}
+
+/// The guard of the read-only views ([`open_routes`]): the same `Host` and `Origin` checks,
+/// and the token only when the API listens beyond loopback. A page on this machine may show
+/// what the node sees without holding the token; nothing it reaches this way acts.
+pub async fn guard_open(State(access): State<Access>, req: Request, next: Next) -> Response {
+    let need_token = !access.bound.ip().is_loopback();
+    match check(&access, &req, need_token) {
+        Ok(()) => next.run(req).await,
+        Err(r) => r,
+    }
+}
+
+fn check(access: &Access, req: &Request, need_token: bool) -> Result<(), Response> {
     let headers = req.headers();
     let host = headers
         .get(header::HOST)
@@ -99,26 +117,26 @@ pub async fn guard(State(access): State<Access>, req: Request, next: Next) -> Re
         .as_deref()
         .is_some_and(|h| auth::host_allowed(h, access.bound))
     {
-        return refuse(
+        return Err(refuse(
             StatusCode::FORBIDDEN,
             format!(
                 "Host {:?} does not name this node; use http://{} (or localhost with its port)",
                 host.unwrap_or_default(),
                 access.bound
             ),
-        );
+        ));
     }
     let origin = header_str(headers, header::ORIGIN.as_str());
     if !auth::origin_allowed(origin, access.bound) {
-        return refuse(
+        return Err(refuse(
             StatusCode::FORBIDDEN,
             format!(
                 "requests from the web page at {:?} are refused: only pages this node serves may call its API",
                 origin.unwrap_or_default()
             ),
-        );
+        ));
     }
-    if !auth::bearer_matches(header_str(headers, auth::AUTH_HEADER), &access.token) {
+    if need_token && !auth::bearer_matches(header_str(headers, auth::AUTH_HEADER), &access.token) {
         let mut r = refuse(
             StatusCode::UNAUTHORIZED,
             format!(
@@ -130,9 +148,9 @@ pub async fn guard(State(access): State<Access>, req: Request, next: Next) -> Re
             header::WWW_AUTHENTICATE,
             axum::http::HeaderValue::from_static("Bearer"),
         );
-        return r;
+        return Err(r);
     }
-    next.run(req).await
+    Ok(())
 }
 
 fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -156,7 +174,8 @@ pub fn router(
     dir: Arc<DataDir>,
     access: Access,
 ) -> Router {
-    Router::new()
+    let api = Api { handle, roles, dir };
+    let private = Router::new()
         .route("/v1/status", get(status))
         .route("/v1/peers", get(peers))
         .route("/v1/publish", post(publish))
@@ -172,8 +191,19 @@ pub fn router(
         .route("/v1/jobs/{id}", get(job_status))
         .route("/v1/provider/refusals", get(bid_refusals))
         .route("/v1/shutdown", post(shutdown))
-        .with_state(Api { handle, roles, dir })
-        .layer(axum::middleware::from_fn_with_state(access, guard))
+        .with_state(api.clone())
+        .layer(axum::middleware::from_fn_with_state(access.clone(), guard));
+    private.merge(
+        open_routes()
+            .with_state(api)
+            .layer(axum::middleware::from_fn_with_state(access, guard_open)),
+    )
+}
+
+/// What a page or a scraper on this machine may read without the token (see [`guard_open`]):
+/// only GETs that show what the node sees.
+fn open_routes() -> Router<Api> {
+    Router::new()
 }
 
 pub async fn serve(
