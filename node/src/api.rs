@@ -89,9 +89,9 @@ fn ok<T: serde::Serialize>(v: T) -> ApiResult {
 /// Refuses, in this order: a `Host` that does not name this node (403), a foreign `Origin`
 /// (403), a missing or wrong token (401). Nothing of the request reaches a handler before.
 pub async fn guard(State(access): State<Access>, req: Request, next: Next) -> Response {
-    match check(&access, &req, true) {
-        Ok(()) => next.run(req).await,
-        Err(r) => r,
+    match refusal(&access, &req, true) {
+        None => next.run(req).await,
+        Some(r) => r,
     }
 }
 
@@ -100,13 +100,14 @@ pub async fn guard(State(access): State<Access>, req: Request, next: Next) -> Re
 /// what the node sees without holding the token; nothing it reaches this way acts.
 pub async fn guard_open(State(access): State<Access>, req: Request, next: Next) -> Response {
     let need_token = !access.bound.ip().is_loopback();
-    match check(&access, &req, need_token) {
-        Ok(()) => next.run(req).await,
-        Err(r) => r,
+    match refusal(&access, &req, need_token) {
+        None => next.run(req).await,
+        Some(r) => r,
     }
 }
 
-fn check(access: &Access, req: &Request, need_token: bool) -> Result<(), Response> {
+/// The answer refusing `req`, if it is refused.
+fn refusal(access: &Access, req: &Request, need_token: bool) -> Option<Response> {
     let headers = req.headers();
     let host = headers
         .get(header::HOST)
@@ -117,7 +118,7 @@ fn check(access: &Access, req: &Request, need_token: bool) -> Result<(), Respons
         .as_deref()
         .is_some_and(|h| auth::host_allowed(h, access.bound))
     {
-        return Err(refuse(
+        return Some(refuse(
             StatusCode::FORBIDDEN,
             format!(
                 "Host {:?} does not name this node; use http://{} (or localhost with its port)",
@@ -128,7 +129,7 @@ fn check(access: &Access, req: &Request, need_token: bool) -> Result<(), Respons
     }
     let origin = header_str(headers, header::ORIGIN.as_str());
     if !auth::origin_allowed(origin, access.bound) {
-        return Err(refuse(
+        return Some(refuse(
             StatusCode::FORBIDDEN,
             format!(
                 "requests from the web page at {:?} are refused: only pages this node serves may call its API",
@@ -148,9 +149,9 @@ fn check(access: &Access, req: &Request, need_token: bool) -> Result<(), Respons
             header::WWW_AUTHENTICATE,
             axum::http::HeaderValue::from_static("Bearer"),
         );
-        return Err(r);
+        return Some(r);
     }
-    Ok(())
+    None
 }
 
 fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
