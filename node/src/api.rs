@@ -1,19 +1,18 @@
 //! The control API (JSON over HTTP), loopback unless the operator says otherwise. Every
-//! request passes [`guard`] first: the bearer token from the data dir, a `Host` that names
-//! this node (no DNS rebinding), and no foreign `Origin` (no cross-site requests from a web
-//! page in the operator's browser). Paths in requests are confined to the data dir's
+//! request passes the guard of `gpuchain_web::access` first: the bearer token from the data
+//! dir, a `Host` that names this node (no DNS rebinding), and no foreign `Origin` (no
+//! cross-site requests from a web page in the operator's browser); the read-only views
+//! (a client's dashboard) need no token on loopback. Paths in requests are confined to the data dir's
 //! import and export folders. Errors come back as `{"error": "..."}` with a 4xx/5xx status.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::Next;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use gpuchain_api::auth;
 use gpuchain_api::types::{
     AddBlobRequest, ExportBlobRequest, FetchBlobRequest, HeartbeatRequest, PublishRequest,
     TopicRequest,
@@ -21,8 +20,12 @@ use gpuchain_api::types::{
 use serde::Deserialize;
 use serde_json::json;
 
+use gpuchain_web::access::{guard, guard_open};
+use gpuchain_web::{Access, Dashboard, Mode};
+
+use crate::cli::Fault;
 use crate::datadir::DataDir;
-use crate::events::NodeEvent;
+use crate::roles::ctx::CheatSwitch;
 use crate::handle::NodeHandle;
 use crate::roles::handle::RolesHandle;
 
@@ -33,6 +36,8 @@ pub struct Api {
     /// The role runtime, on nodes started with a role.
     roles: Option<RolesHandle>,
     dir: Arc<DataDir>,
+    /// On a testnet provider started with `--test-cheat-control` only.
+    cheat: Option<Arc<CheatSwitch>>,
 }
 
 impl Api {
@@ -44,22 +49,6 @@ impl Api {
                     .into(),
             )
         })
-    }
-}
-
-/// What the guard checks a request against.
-#[derive(Clone)]
-pub struct Access {
-    token: Arc<str>,
-    bound: SocketAddr,
-}
-
-impl Access {
-    pub fn new(token: String, bound: SocketAddr) -> Self {
-        Self {
-            token: token.into(),
-            bound,
-        }
     }
 }
 
@@ -86,96 +75,27 @@ fn ok<T: serde::Serialize>(v: T) -> ApiResult {
     Ok(Json(v).into_response())
 }
 
-/// Refuses, in this order: a `Host` that does not name this node (403), a foreign `Origin`
-/// (403), a missing or wrong token (401). Nothing of the request reaches a handler before.
-pub async fn guard(State(access): State<Access>, req: Request, next: Next) -> Response {
-    match refusal(&access, &req, true) {
-        None => next.run(req).await,
-        Some(r) => r,
-    }
-}
-
-/// The guard of the read-only views ([`open_routes`]): the same `Host` and `Origin` checks,
-/// and the token only when the API listens beyond loopback. A page on this machine may show
-/// what the node sees without holding the token; nothing it reaches this way acts.
-pub async fn guard_open(State(access): State<Access>, req: Request, next: Next) -> Response {
-    let need_token = !access.bound.ip().is_loopback();
-    match refusal(&access, &req, need_token) {
-        None => next.run(req).await,
-        Some(r) => r,
-    }
-}
-
-/// The answer refusing `req`, if it is refused.
-fn refusal(access: &Access, req: &Request, need_token: bool) -> Option<Response> {
-    let headers = req.headers();
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| req.uri().authority().map(ToString::to_string));
-    if !host
-        .as_deref()
-        .is_some_and(|h| auth::host_allowed(h, access.bound))
-    {
-        return Some(refuse(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Host {:?} does not name this node; use http://{} (or localhost with its port)",
-                host.unwrap_or_default(),
-                access.bound
-            ),
-        ));
-    }
-    let origin = header_str(headers, header::ORIGIN.as_str());
-    if !auth::origin_allowed(origin, access.bound) {
-        return Some(refuse(
-            StatusCode::FORBIDDEN,
-            format!(
-                "requests from the web page at {:?} are refused: only pages this node serves may call its API",
-                origin.unwrap_or_default()
-            ),
-        ));
-    }
-    if need_token && !auth::bearer_matches(header_str(headers, auth::AUTH_HEADER), &access.token) {
-        let mut r = refuse(
-            StatusCode::UNAUTHORIZED,
-            format!(
-                "missing or wrong API token: send `Authorization: Bearer <token>` with the token in <data dir>/{}",
-                auth::TOKEN_FILE
-            ),
-        );
-        r.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            axum::http::HeaderValue::from_static("Bearer"),
-        );
-        return Some(r);
-    }
-    None
-}
-
-fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    h.get(name).and_then(|v| v.to_str().ok())
-}
-
-fn refuse(code: StatusCode, msg: String) -> Response {
-    crate::events::emit(
-        NodeEvent::ApiRefused {
-            status: code.as_u16(),
-            reason: msg.to_string(),
-        },
-        "control API request refused",
-    );
-    ApiError(code, msg).into_response()
-}
-
 pub fn router(
     handle: NodeHandle,
     roles: Option<RolesHandle>,
     dir: Arc<DataDir>,
+    cheat: Option<Arc<CheatSwitch>>,
     access: Access,
 ) -> Router {
-    let api = Api { handle, roles, dir };
+    let api = Api {
+        handle,
+        roles,
+        dir,
+        cheat,
+    };
+    let dashboard = crate::events::feed().map(|feed| {
+        Arc::new(Dashboard {
+            feed,
+            mode: Mode::Live,
+            title: "this node's jobs".into(),
+            controls: None,
+        })
+    });
     let private = Router::new()
         .route("/v1/status", get(status))
         .route("/v1/peers", get(peers))
@@ -192,19 +112,25 @@ pub fn router(
         .route("/v1/jobs/{id}", get(job_status))
         .route("/v1/provider/refusals", get(bid_refusals))
         .route("/v1/shutdown", post(shutdown))
+        .route("/v1/test/cheat", post(arm_cheat))
         .with_state(api.clone())
         .layer(axum::middleware::from_fn_with_state(access.clone(), guard));
     private.merge(
-        open_routes()
+        open_routes(dashboard)
             .with_state(api)
             .layer(axum::middleware::from_fn_with_state(access, guard_open)),
     )
 }
 
-/// What a page or a scraper on this machine may read without the token (see [`guard_open`]):
-/// only GETs that show what the node sees.
-fn open_routes() -> Router<Api> {
-    Router::new()
+/// What a page or a scraper on this machine may read without the token (see
+/// [`guard_open`]): only GETs that show what the node sees. A client node serves the
+/// dashboard of its own jobs under `/dashboard/`.
+fn open_routes(dashboard: Option<Arc<Dashboard>>) -> Router<Api> {
+    let r = Router::new();
+    match dashboard {
+        Some(d) => r.merge(gpuchain_web::dashboard::view_routes(d)),
+        None => r,
+    }
 }
 
 pub async fn serve(
@@ -212,10 +138,11 @@ pub async fn serve(
     handle: NodeHandle,
     roles: Option<RolesHandle>,
     dir: Arc<DataDir>,
+    cheat: Option<Arc<CheatSwitch>>,
     access: Access,
 ) {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
-    if let Err(e) = axum::serve(listener, router(handle, roles, dir, access)).await {
+    if let Err(e) = axum::serve(listener, router(handle, roles, dir, cheat, access)).await {
         tracing::error!(?addr, error = %e, "control API stopped");
     }
 }
@@ -378,4 +305,24 @@ async fn bid_refusals(State(a): State<Api>) -> ApiResult {
 async fn shutdown(State(Api { handle: h, .. }): State<Api>) -> ApiResult {
     h.shutdown();
     ok(json!({}))
+}
+
+#[derive(Deserialize)]
+struct CheatRequest {
+    fault: Fault,
+}
+
+/// TESTING ONLY: the testnet's break-it controls make this provider's next checkpoint cheat.
+async fn arm_cheat(
+    State(Api { cheat, .. }): State<Api>,
+    Json(r): Json<CheatRequest>,
+) -> ApiResult {
+    let Some(cheat) = cheat else {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            "this node does not take cheats from its API: only a local testnet's provider started with --test-cheat-control does".into(),
+        ));
+    };
+    cheat.arm(r.fault).map_err(bad)?;
+    ok(json!({ "armed": format!("{:?}", r.fault) }))
 }

@@ -192,6 +192,12 @@ pub struct NodeArgs {
     #[arg(long, env = "GPUCHAIN_FAULT", value_enum, value_name = "KIND")]
     pub fault: Option<Fault>,
 
+    /// TESTING ONLY, for a local testnet's break-it controls: let the control API (with its
+    /// token) make this provider's next checkpoint cheat (`POST /v1/test/cheat`). Off by
+    /// default; a node without it refuses the request.
+    #[arg(long, env = "GPUCHAIN_TEST_CHEAT_CONTROL")]
+    pub test_cheat_control: bool,
+
     /// Chain id of the EIP-712 domain that bids and votes are signed for. With --rpc-url it
     /// is read from the chain (and must match when given). Default: 31337 (anvil).
     #[arg(long, env = "GPUCHAIN_CHAIN_ID", value_name = "ID")]

@@ -47,6 +47,7 @@ struct FileConfig {
     max_grace_secs: Option<u64>,
     detector_timeout_ms: Option<u64>,
     fault: Option<Fault>,
+    test_cheat_control: Option<bool>,
 }
 
 #[derive(Debug, Clone)]
@@ -77,6 +78,8 @@ pub struct NodeConfig {
     pub max_grace_secs: u64,
     pub detector_timeout: Duration,
     pub fault: Option<Fault>,
+    /// The control API may make the provider's next checkpoint cheat (testnets only).
+    pub test_cheat_control: bool,
 }
 
 pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
@@ -223,7 +226,13 @@ impl NodeConfig {
             };
             bail!("--fault {f:?} makes a {role} cheat; it needs --role {role}");
         }
+        let test_cheat_control =
+            args.test_cheat_control || file.test_cheat_control.unwrap_or(false);
+        if test_cheat_control && !roles.contains(&Role::Provider) {
+            bail!("--test-cheat-control makes a provider's checkpoints cheat; it needs --role provider");
+        }
         Ok(Self {
+            test_cheat_control,
             escrow_domain,
             chain_id_given: chain_id.is_some(),
             rpc_url,

@@ -23,6 +23,10 @@ use std::sync::Arc;
 pub use crate::datadir::{API_ADDR_FILE, BLOB_DIR, LOCK_FILE};
 
 pub async fn run(config: NodeConfig) -> Result<()> {
+    // A client serves the dashboard of its jobs: keep its events from the first one on.
+    if config.roles.contains(&crate::cli::Role::Client) && config.api.is_some() {
+        crate::events::keep_for_dashboard();
+    }
     let dir = &config.data_dir;
     let data_dir = Arc::new(DataDir::prepare(
         dir,
@@ -70,6 +74,9 @@ pub async fn run(config: NodeConfig) -> Result<()> {
     let (cmd_tx, cmd_rx) = mpsc::channel(COMMAND_QUEUE);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let handle = NodeHandle::new(cmd_tx, blobs.clone(), shutdown_tx);
+    let cheat = config
+        .test_cheat_control
+        .then(|| Arc::new(crate::roles::ctx::CheatSwitch::default()));
     // The roles first: the event loop is built knowing where to send what they must see.
     let (roles, inbound) = match chain {
         None => (None, None),
@@ -96,6 +103,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                 price_per_step: config.price_per_step,
                 vetting,
                 fault: config.fault,
+                cheat: cheat.clone(),
                 verifier_seed: rand::random(),
             };
             if let Some(fault) = config.fault {
@@ -196,12 +204,26 @@ pub async fn run(config: NodeConfig) -> Result<()> {
             },
             "control API listening",
         );
-        let access = crate::api::Access::new(token, bound);
+        let access = gpuchain_web::Access::new(
+            token,
+            bound,
+            format!("<data dir>/{}", gpuchain_api::auth::TOKEN_FILE),
+        )
+        .on_refuse(|status, reason| {
+            crate::events::emit(
+                NodeEvent::ApiRefused {
+                    status,
+                    reason: reason.to_string(),
+                },
+                "control API request refused",
+            );
+        });
         tokio::spawn(crate::api::serve(
             listener,
             handle.clone(),
             roles,
             data_dir.clone(),
+            cheat,
             access,
         ));
     }

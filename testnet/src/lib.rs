@@ -14,7 +14,9 @@
 //! let latency = seen.at.duration_since(killed_at)?;
 //! ```
 
+pub mod browser;
 mod chain;
+pub mod dashboard;
 pub mod demo;
 pub mod events;
 mod launch;

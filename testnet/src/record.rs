@@ -51,6 +51,17 @@ pub enum HarnessEvent {
         /// Seconds since the job was submitted.
         at_secs: f64,
     },
+    /// A break-it control of the dashboard acted.
+    Break {
+        action: gpuchain_web::BreakAction,
+        target_node: String,
+    },
+    /// A node's stake (base units, from the chain) and process state, where they changed.
+    NodeStatus {
+        target_node: String,
+        stake: Option<String>,
+        state: String,
+    },
 }
 
 impl RecordLine {
@@ -75,6 +86,9 @@ impl RecordLine {
 /// `run_dir`; returns its path.
 pub fn write_record(net: &Testnet, run_dir: &Path, extra: &[RecordLine]) -> Result<PathBuf> {
     let mut all: Vec<RecordLine> = extra.to_vec();
+    if let Some(b) = net.board() {
+        all.extend(b.harness_lines());
+    }
     for n in net.nodes() {
         for e in n.events()? {
             all.push(RecordLine {

@@ -69,6 +69,8 @@ pub struct Testnet {
     run_dir: PathBuf,
     binary: PathBuf,
     nodes: Vec<NodeProc>,
+    /// The dashboard's view of the nodes, once one is served.
+    board: Option<crate::dashboard::Board>,
     // Declared after `nodes` only for readability: Drop kills the nodes explicitly first, so
     // nodes never see their chain vanish while they still run.
     chain: Option<Chain>,
@@ -84,6 +86,7 @@ impl Testnet {
             run_dir,
             binary: binary.into(),
             nodes: Vec::new(),
+            board: None,
             chain: None,
         })
     }
@@ -103,6 +106,27 @@ impl Testnet {
     pub fn with_chain(mut self, chain: Chain) -> Self {
         self.chain = Some(chain);
         self
+    }
+
+    /// Serves the network's dashboard (every node's events, the chain, the break-it
+    /// controls) on loopback until the returned server is dropped; nodes started later are
+    /// watched too.
+    pub async fn serve_dashboard(&mut self, title: &str) -> Result<crate::dashboard::DashboardServer> {
+        let chain = match &self.chain {
+            Some(c) => Some(c.deployer().clone()),
+            None => None,
+        };
+        let board = crate::dashboard::Board::new(chain);
+        for n in &self.nodes {
+            board.watch(n);
+        }
+        self.board = Some(board.clone());
+        crate::dashboard::serve(board, &self.run_dir, title).await
+    }
+
+    /// The dashboard's board, once one is served.
+    pub fn board(&self) -> Option<&crate::dashboard::Board> {
+        self.board.as_ref()
     }
 
     pub fn run_dir(&self) -> &Path {
@@ -241,6 +265,9 @@ impl Testnet {
             );
         }
         let node = self.launch(spec, None).await?;
+        if let Some(b) = &self.board {
+            b.watch(&node);
+        }
         self.nodes.push(node);
         self.nodes
             .last()
@@ -257,6 +284,9 @@ impl Testnet {
         }
         let spec = self.nodes[i].spec.clone();
         let node = self.launch(spec, Some(i)).await?;
+        if let Some(b) = &self.board {
+            b.watch(&node);
+        }
         self.nodes[i] = node;
         Ok(&self.nodes[i])
     }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use gpuchain_node::config::NodeConfig;
 
+mod dashboard_cmd;
 mod testnet_cmd;
 
 #[derive(Debug, Parser)]
@@ -45,6 +46,8 @@ enum Command {
     /// Run a local network of this binary on anvil: the 4 Nov demo, or a network to use.
     #[command(subcommand)]
     Testnet(crate::testnet_cmd::TestnetCommand),
+    /// Replay a recorded run in the browser (live dashboards: `gpuchain testnet`, client nodes).
+    Dashboard(crate::dashboard_cmd::DashboardArgs),
     /// Run the deterministic discrete-event simulator over the protocol state machines.
     Sim(gpuchain_sim::cli::SimCommand),
 }
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Verifier(cmd) => report("verifier", gpuchain_node::commands::run_verifier(cmd)),
         Command::Withdraw(args) => report("withdraw", gpuchain_node::commands::run_withdraw(args)),
         Command::Testnet(cmd) => report("testnet", testnet_cmd::run(cmd)),
+        Command::Dashboard(a) => report("dashboard", dashboard_cmd::run(a)),
         Command::Sim(cmd) => run_sim(cmd),
     }
 }

@@ -88,7 +88,34 @@ pub struct RolesConfig {
     /// What the provider requires of a job before it bids.
     pub vetting: gpuchain_protocol::provider::Vetting,
     pub fault: Option<Fault>,
+    /// Armed through the control API on a testnet provider started with
+    /// `--test-cheat-control`; absent otherwise.
+    pub cheat: Option<Arc<CheatSwitch>>,
     pub verifier_seed: u64,
+}
+
+/// TESTING ONLY: a cheat that a local testnet's break-it controls arm for one checkpoint.
+/// The provider's next checkpoint is made this way, then it is honest again.
+#[derive(Debug, Default)]
+pub struct CheatSwitch(std::sync::Mutex<Option<Fault>>);
+
+impl CheatSwitch {
+    /// Arms `fault` for the next checkpoint; only the checkpoint cheats can be armed.
+    pub fn arm(&self, fault: Fault) -> anyhow::Result<()> {
+        if !matches!(fault, Fault::Junk | Fault::Stale | Fault::Nan) {
+            anyhow::bail!("only junk, stale and nan can be armed for one checkpoint, not {fault:?}");
+        }
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fault);
+        Ok(())
+    }
+
+    /// The armed cheat, disarming it.
+    pub fn take(&self) -> Option<Fault> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
 }
 
 /// Cloneable context for the tasks the runtime spawns.
@@ -99,6 +126,7 @@ pub struct Ctx {
     pub library: Arc<JobLibrary>,
     pub events: mpsc::Sender<RoleEvent>,
     pub data_dir: PathBuf,
+    pub cheat: Option<Arc<CheatSwitch>>,
 }
 
 impl Ctx {

@@ -110,6 +110,7 @@ impl RoleRuntime {
             library,
             events: tx.clone(),
             data_dir: config.data_dir,
+            cheat: config.cheat,
         };
         let rt = Self {
             origin: Instant::now(),

@@ -113,7 +113,7 @@ async fn run(ctx: Ctx, start: Start, cancel: Arc<AtomicBool>) -> Result<()> {
             epoch: start.epoch,
             from_step: start.from_step,
             from_checkpoint: start.from_checkpoint.to_string(),
-            fault: format!("{:?}", start.fault).into(),
+            fault: start.fault.map(|f| format!("{f:?}")),
         },
         "training started",
     );
@@ -150,10 +150,13 @@ fn train_loop(
     if s.fault == Some(Fault::WrongOrder) {
         cheat::wrong_order(&mut trainer, spec.seed.wrapping_add(1));
     }
-    // What a stale provider resubmits: the interval's starting checkpoint.
-    let mut interval_start = match s.fault {
-        Some(Fault::Stale) => Some(trainer.checkpoint()?.to_bytes()?),
-        _ => None,
+    // What a stale provider resubmits: the interval's starting checkpoint (kept also where
+    // the testnet's controls may arm a stale checkpoint).
+    let keep_start = s.fault == Some(Fault::Stale) || ctx.cheat.is_some();
+    let mut interval_start = if keep_start {
+        Some(trainer.checkpoint()?.to_bytes()?)
+    } else {
+        None
     };
     let blobs = ctx.handle.blobs().clone();
     let mut first = true;
@@ -187,7 +190,16 @@ fn train_loop(
             return Ok(());
         }
         let honest = trainer.checkpoint()?.to_bytes()?;
-        let bytes = match s.fault {
+        let armed = ctx.cheat.as_ref().and_then(|c| c.take());
+        if let Some(f) = armed {
+            crate::events::emit(
+                NodeEvent::FaultEnabled {
+                    fault: format!("{f:?} (this checkpoint, at step {})", report.step),
+                },
+                "TESTING: this checkpoint cheats, as the testnet's controls asked",
+            );
+        }
+        let bytes = match armed.or(s.fault) {
             Some(Fault::Junk) => cheat::junk(&job, &honest, spec.seed ^ report.step ^ 0x6a75_6e6b)?,
             Some(Fault::Nan) => cheat::nan(&job, &honest)?,
             Some(Fault::Stale) => match &interval_start {
@@ -222,7 +234,7 @@ fn train_loop(
             state_hashes,
         }));
         trainer.start_interval(Some(checkpoint_hash.0))?;
-        if s.fault == Some(Fault::Stale) {
+        if keep_start {
             interval_start = Some(bytes);
         }
         // States two intervals back are decided by now (or never will be).
