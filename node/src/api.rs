@@ -204,7 +204,16 @@ pub fn router(
 /// What a page or a scraper on this machine may read without the token (see [`guard_open`]):
 /// only GETs that show what the node sees.
 fn open_routes() -> Router<Api> {
-    Router::new()
+    Router::new().route("/metrics", get(metrics))
+}
+
+/// Prometheus scrapes: every series of [`crate::metrics`], as OpenMetrics text.
+async fn metrics() -> Response {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        crate::metrics::global().encode(),
+    )
+        .into_response()
 }
 
 pub async fn serve(
