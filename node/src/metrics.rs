@@ -71,7 +71,11 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("gpuchain");
         let steps = Counter::default();
-        registry.register("steps", "Training steps this provider completed", steps.clone());
+        registry.register(
+            "steps",
+            "Training steps this provider completed",
+            steps.clone(),
+        );
         // 10 ms .. ~82 s: a CPU step of a small model up to a large model on a slow card.
         let step_duration = Histogram::new(exponential_buckets(0.01, 2.0, 14));
         registry.register_with_unit(
@@ -292,12 +296,7 @@ mod tests {
         scrape
             .samples
             .iter()
-            .find(|s| {
-                s.metric == name
-                    && labels
-                        .iter()
-                        .all(|(k, v)| s.labels.get(k) == Some(v))
-            })
+            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
             .and_then(|s| match s.value {
                 prometheus_parse::Value::Counter(v)
                 | prometheus_parse::Value::Gauge(v)
@@ -340,7 +339,11 @@ mod tests {
         assert_parses(&before);
         assert_eq!(sample(&before, "gpuchain_steps_total", &[]), Some(0.0));
         assert_eq!(
-            sample(&before, "gpuchain_transactions_total", &[("outcome", "mined")]),
+            sample(
+                &before,
+                "gpuchain_transactions_total",
+                &[("outcome", "mined")]
+            ),
             Some(0.0)
         );
 
@@ -437,8 +440,14 @@ mod tests {
             2.0
         );
         assert_eq!(get("gpuchain_peers", &[]), 4.0);
-        assert_eq!(get("gpuchain_blob_bytes_total", &[("direction", "in")]), 100.0);
-        assert_eq!(get("gpuchain_blob_bytes_total", &[("direction", "out")]), 7.0);
+        assert_eq!(
+            get("gpuchain_blob_bytes_total", &[("direction", "in")]),
+            100.0
+        );
+        assert_eq!(
+            get("gpuchain_blob_bytes_total", &[("direction", "out")]),
+            7.0
+        );
         // Histograms: the 1.5 s silence counted once, below 1.6 s and not below 0.8 s; two
         // step intervals timed (steps 1→2, 2→3).
         assert!(

@@ -64,7 +64,10 @@ impl GossipValidator for StatelessValidator {
             return (Verdict::Reject("Oversized".into()), None);
         }
         let Some(source) = source else {
-            return (Verdict::Reject("Unsigned: gossip message without an author".into()), None);
+            return (
+                Verdict::Reject("Unsigned: gossip message without an author".into()),
+                None,
+            );
         };
         let checked = match decode_validated(data, &self.domain) {
             Ok(c) => c,
@@ -74,7 +77,9 @@ impl GossipValidator for StatelessValidator {
         let expected = topic_for(msg);
         if expected != topic {
             return (
-                Verdict::Reject(format!("WrongTopic: belongs on {expected}, sent on {topic}")),
+                Verdict::Reject(format!(
+                    "WrongTopic: belongs on {expected}, sent on {topic}"
+                )),
                 None,
             );
         }

@@ -163,7 +163,11 @@ fn metrics_need_no_token_on_loopback_but_keep_the_host_and_origin_checks() {
     .expect("request");
     let mut raw = String::new();
     conn.read_to_string(&mut raw).expect("answer");
-    let head = raw.split("\r\n\r\n").next().unwrap_or_default().to_lowercase();
+    let head = raw
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_lowercase();
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(
         head.contains("content-type: application/openmetrics-text; version=1.0.0"),
@@ -176,7 +180,11 @@ fn metrics_need_no_token_on_loopback_but_keep_the_host_and_origin_checks() {
         assert_eq!(code, 403, "from Origin {origin}: {v}");
         let r = block_on(anonymous.send("GET", "/metrics", None::<&()>, &[("origin", origin)]))
             .expect("answer");
-        assert_eq!(r.status, 403, "from Origin {origin} without a token: {}", r.body);
+        assert_eq!(
+            r.status, 403,
+            "from Origin {origin} without a token: {}",
+            r.body
+        );
     }
     let host = format!("rebind.evil.example:{}", a.api.port());
     let (code, v) = a.request("GET", "/metrics", None, &[("host", &host)]);
