@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -126,11 +126,20 @@ pub fn router(
 /// [`guard_open`]): only GETs that show what the node sees. A client node serves the
 /// dashboard of its own jobs under `/dashboard/`.
 fn open_routes(dashboard: Option<Arc<Dashboard>>) -> Router<Api> {
-    let r = Router::new();
+    let r = Router::new().route("/metrics", get(metrics));
     match dashboard {
         Some(d) => r.merge(gpuchain_web::dashboard::view_routes(d)),
         None => r,
     }
+}
+
+/// Prometheus scrapes: every series of [`crate::metrics`], as OpenMetrics text.
+async fn metrics() -> Response {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        crate::metrics::global().encode(),
+    )
+        .into_response()
 }
 
 pub async fn serve(

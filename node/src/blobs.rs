@@ -20,7 +20,7 @@ use iroh::protocol::Router;
 use iroh::{Endpoint, EndpointAddr, EndpointId, RelayMode, RelayUrl, SecretKey, TransportAddr};
 use iroh_blobs::api::downloader::Downloader;
 use iroh_blobs::provider::events::{
-    AbortReason, EventMask, EventSender, ObserveMode, ProviderMessage, RequestMode,
+    AbortReason, EventMask, EventSender, ObserveMode, ProviderMessage, RequestMode, RequestUpdate,
 };
 use iroh_blobs::store::GcConfig;
 use iroh_blobs::store::fs::FsStore;
@@ -126,7 +126,8 @@ impl Shared {
     /// we share, and nothing else.
     fn gate(&self) -> EventSender {
         let mask = EventMask {
-            get: RequestMode::Intercept,
+            // Log: the transfer's progress comes too, to count the bytes served.
+            get: RequestMode::InterceptLog,
             get_many: RequestMode::Disabled,
             observe: ObserveMode::Intercept,
             ..EventMask::DEFAULT
@@ -148,6 +149,19 @@ impl Shared {
                         })
                         .await
                         .ok();
+                        // The sender waits on this channel when it is full: drain it to the
+                        // end, counting what each transfer sent, finished or not.
+                        let mut updates = m.rx;
+                        tokio::spawn(async move {
+                            while let Ok(Some(u)) = updates.recv().await {
+                                let sent = match u {
+                                    RequestUpdate::Completed(c) => c.stats.payload_bytes_sent,
+                                    RequestUpdate::Aborted(a) => a.stats.payload_bytes_sent,
+                                    _ => continue,
+                                };
+                                crate::metrics::global().blob_bytes_out(sent);
+                            }
+                        });
                     }
                     ProviderMessage::ObserveRequestReceived(m) => {
                         let ok = shared.contains(&m.request.hash);
@@ -407,6 +421,7 @@ impl BlobNode {
             bail!("fetching blob {hash}: no provider delivered it complete ({n} tried)");
         };
         self.tag(hash, &tag).await?;
+        crate::metrics::global().blob_bytes_in(size);
         Ok(FetchInfo {
             hash: hash.to_string(),
             size,

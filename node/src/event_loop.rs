@@ -293,6 +293,10 @@ impl<V: GossipValidator> EventLoop<V> {
         {
             Ok(id) => {
                 self.state.counters.published += 1;
+                // Every heartbeat goes out here, the provider machine's and this driver's.
+                if topics::heartbeat_job_of(topic).is_some() {
+                    crate::metrics::global().heartbeat_sent();
+                }
                 Ok(id.to_string())
             }
             Err(e) => {
@@ -554,6 +558,7 @@ impl<V: GossipValidator> EventLoop<V> {
                     }
                     self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
                 }
+                crate::metrics::global().set_peers(self.swarm.connected_peers().count());
                 crate::events::emit(
                     NodeEvent::Connected {
                         peer: peer_id.to_string(),
@@ -578,6 +583,7 @@ impl<V: GossipValidator> EventLoop<V> {
                     // A full queue is reported there; the detector's timeout still applies.
                     let _ = self.send_to_roles(Inbound::ConnectionClosed { address });
                 }
+                crate::metrics::global().set_peers(self.swarm.connected_peers().count());
                 crate::events::emit(
                     NodeEvent::Disconnected {
                         peer: peer_id.to_string(),
@@ -653,7 +659,10 @@ impl<V: GossipValidator> EventLoop<V> {
             .gossipsub
             .report_message_validation_result(&message_id, &peer, acceptance);
         match verdict {
-            Verdict::Accept => self.state.counters.accepted += 1,
+            Verdict::Accept => {
+                self.state.counters.accepted += 1;
+                crate::metrics::global().gossip_accepted();
+            }
             Verdict::Ignore(reason) => {
                 self.state.counters.ignored += 1;
                 crate::events::emit(

@@ -1,6 +1,8 @@
 //! Writing the node's typed events ([`gpuchain_api::NodeEvent`]) into its log: one line each,
 //! with target `gpuchain::event`, the event's name in `event`, the event as JSON in `data`,
-//! and a sentence for people. A client node also keeps them for its dashboard ([`feed`]).
+//! and a sentence for people. Every event also moves its Prometheus series
+//! ([`crate::metrics`]), so the log and `/metrics` count the same things; a client node also
+//! keeps them for its dashboard ([`feed`]).
 
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -36,6 +38,7 @@ struct Line<'a> {
 }
 
 pub fn emit(ev: NodeEvent, message: &str) {
+    crate::metrics::global().observe(&ev);
     let (event, data) = ev.to_fields();
     match ev.level() {
         Level::Debug => tracing::debug!(target: EVENT_TARGET, %event, %data, "{message}"),

@@ -15,6 +15,7 @@ pub mod identity;
 pub mod inbound;
 pub mod keys;
 pub mod logging;
+pub mod metrics;
 pub mod node;
 pub mod ports;
 pub mod roles;

@@ -13,7 +13,9 @@ use libp2p::PeerId;
 use crate::topics::topic_for;
 use crate::wire::{MAX_MESSAGE_SIZE, Message, parse_blob_endpoint};
 
-/// The protocol's verdict, with its reason as text for logs and the API.
+/// The protocol's verdict, with its reason as text for logs and the API. A reason starts
+/// with an identifier (the protocol's reason name, or the node's own below), which is what
+/// the metrics count it by (`metrics::reason_label`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Accept,
@@ -62,7 +64,10 @@ impl GossipValidator for StatelessValidator {
             return (Verdict::Reject("Oversized".into()), None);
         }
         let Some(source) = source else {
-            return (Verdict::Reject("unsigned gossip message".into()), None);
+            return (
+                Verdict::Reject("Unsigned: gossip message without an author".into()),
+                None,
+            );
         };
         let checked = match decode_validated(data, &self.domain) {
             Ok(c) => c,
@@ -72,14 +77,18 @@ impl GossipValidator for StatelessValidator {
         let expected = topic_for(msg);
         if expected != topic {
             return (
-                Verdict::Reject(format!("belongs on {expected}, sent on {topic}")),
+                Verdict::Reject(format!(
+                    "WrongTopic: belongs on {expected}, sent on {topic}"
+                )),
                 None,
             );
         }
         if let Message::NodeHello(h) = msg {
             if h.peer_id != source.to_bytes() {
                 return (
-                    Verdict::Reject(format!("NodeHello for another peer, signed by {source}")),
+                    Verdict::Reject(format!(
+                        "HelloPeerMismatch: NodeHello for another peer, signed by {source}"
+                    )),
                     None,
                 );
             }
@@ -88,7 +97,10 @@ impl GossipValidator for StatelessValidator {
                 Some((id, _)) if Some(&id) == own.as_ref() => {}
                 _ => {
                     return (
-                        Verdict::Reject("NodeHello blob endpoint is not the sender's".into()),
+                        Verdict::Reject(
+                            "HelloEndpointMismatch: NodeHello blob endpoint is not the sender's"
+                                .into(),
+                        ),
                         None,
                     );
                 }

@@ -18,6 +18,7 @@ use gpuchain_testnet::{
     Address, ChainClient, ChainOpts, JobSubmission, Logged, NodeEvent, Testnet, U256, USDC, after,
     binary, event_is, poll_until,
 };
+use prometheus_parse::{LineInfo, Scrape, Value as MetricValue};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
@@ -304,12 +305,62 @@ fn addr(s: &Setup, name: &str) -> Result<Address> {
     Ok(s.net.node(name)?.eth_address())
 }
 
+/// One scrape of a node's `/metrics` (as a local Prometheus would: no token), checked to be
+/// Prometheus text line by line.
+async fn scrape(s: &Setup, name: &str) -> Result<Scrape> {
+    let node = s.net.node(name)?;
+    let text = gpuchain_api::ApiClient::new(node.api_addr(), None)
+        .metrics()
+        .await?;
+    ensure!(text.ends_with("# EOF\n"), "{name}: no EOF marker:\n{text}");
+    for line in text.lines() {
+        let comment = ["# HELP ", "# TYPE ", "# UNIT ", "# EOF"]
+            .iter()
+            .any(|p| line.starts_with(p));
+        ensure!(
+            comment || matches!(LineInfo::parse(line), LineInfo::Sample { .. }),
+            "{name}: not Prometheus text: {line:?}"
+        );
+    }
+    Ok(Scrape::parse(text.lines().map(|l| Ok(l.to_string())))?)
+}
+
+/// The sum of the counter or gauge samples `name` whose labels include `labels`.
+fn metric(sc: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    sc.samples
+        .iter()
+        .filter(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(v)))
+        .filter_map(|x| match x.value {
+            MetricValue::Counter(v) | MetricValue::Gauge(v) | MetricValue::Untyped(v) => Some(v),
+            _ => None,
+        })
+        .sum()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn happy_path_pays_every_step_once_and_refunds_the_rest() -> Result<()> {
     let _serial = SERIAL.lock().await;
     let s = setup("happy", &[p("p1", 1_000, None), p("p2", 2_000, None)]).await?;
     let id = submit(&s, 5_000).await?;
+    // Mid-run, the metrics of the provider and the client already show the job moving.
+    let mut mid = None;
+    poll_until(
+        "p1 to train and the client to hear it",
+        JOB_TIMEOUT,
+        async || {
+            let (p1, client) = (scrape(&s, "p1").await?, scrape(&s, "client").await?);
+            let moving = metric(&p1, "gpuchain_steps_total", &[]) > 0.0
+                && metric(&client, "gpuchain_heartbeats_heard_total", &[]) > 0.0;
+            mid = Some((p1, client));
+            Ok(moving)
+        },
+    )
+    .await
+    .with_context(|| logs_tail(&s))?;
+    let (p1_mid, client_mid) = mid.context("scraped")?;
     wait_completed(&s, id).await?;
+    let (p1_end, client_end) = (scrape(&s, "p1").await?, scrape(&s, "client").await?);
+    assert_metrics_moved(&s, [&p1_mid, &client_mid], [&p1_end, &client_end]).await?;
 
     let chain = s.net.chain()?;
     let v = job(chain.deployer(), id).await?;
@@ -387,6 +438,68 @@ async fn happy_path_pays_every_step_once_and_refunds_the_rest() -> Result<()> {
     as_node(&s, "p1", &["withdraw"]).await?;
     assert_eq!(chain.usdc_balance(p1).await? - before, earned);
     assert_eq!(chain.withdrawable(p1).await?, U256::ZERO);
+    Ok(())
+}
+
+/// The counters of p1 and the client moved as the job ran (`mid` during it, `end` after),
+/// and the verifiers' vote counters say what their logs say.
+async fn assert_metrics_moved(s: &Setup, mid: [&Scrape; 2], end: [&Scrape; 2]) -> Result<()> {
+    let [p1_mid, client_mid] = mid;
+    let [p1, client] = end;
+    let steps = |sc| metric(sc, "gpuchain_steps_total", &[]);
+    ensure!(
+        steps(p1) >= STEPS as f64 && steps(p1) > steps(p1_mid),
+        "p1 steps: {} mid-run, {} at the end",
+        steps(p1_mid),
+        steps(p1)
+    );
+    let heard = |sc| metric(sc, "gpuchain_heartbeats_heard_total", &[]);
+    ensure!(
+        heard(client) > heard(client_mid),
+        "client heartbeats heard: {} mid-run, {} at the end",
+        heard(client_mid),
+        heard(client)
+    );
+    let sent = metric(p1, "gpuchain_heartbeats_sent_total", &[]);
+    ensure!(
+        sent >= heard(client),
+        "p1 sent {sent} heartbeats, the client heard {}",
+        heard(client)
+    );
+    let mined = |sc| metric(sc, "gpuchain_transactions_total", &[("outcome", "mined")]);
+    ensure!(
+        mined(client) > mined(client_mid),
+        "client txs mined: {}",
+        mined(client)
+    );
+    for (name, sc) in [("p1", p1), ("client", client)] {
+        let accepted = metric(
+            sc,
+            "gpuchain_gossip_messages_total",
+            &[("verdict", "accept")],
+        );
+        ensure!(accepted > 0.0, "{name}: no gossip accepted");
+        let peers = metric(sc, "gpuchain_peers", &[]);
+        ensure!(peers > 0.0, "{name}: {peers} peers");
+    }
+    // The verifiers fetched p1's checkpoints from it.
+    let served = metric(p1, "gpuchain_blob_bytes_total", &[("direction", "out")]);
+    ensure!(served > 0.0, "p1 served no blob bytes");
+    // Metrics and events come from one writer: the counts agree exactly.
+    for v in ["v1", "v2"] {
+        let sc = scrape(s, v).await?;
+        let logged = votes(s, v)?;
+        for (label, accept) in [("accept", true), ("reject", false)] {
+            let n = logged.iter().filter(|(_, _, a)| *a == accept).count() as f64;
+            let counted = metric(&sc, "gpuchain_votes_total", &[("vote", label)]);
+            ensure!(
+                counted == n,
+                "{v}: {counted} {label} votes counted, {n} logged"
+            );
+        }
+        let received = metric(&sc, "gpuchain_blob_bytes_total", &[("direction", "in")]);
+        ensure!(received > 0.0, "{v} fetched no blob bytes");
+    }
     Ok(())
 }
 

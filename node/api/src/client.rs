@@ -135,6 +135,37 @@ impl ApiClient {
         self.call("POST", path, Some(body)).await
     }
 
+    /// `GET /metrics`: the node's Prometheus metrics as OpenMetrics text. Loopback needs no
+    /// token for it; one is sent when this client holds it.
+    pub async fn metrics(&self) -> Result<String, ApiError> {
+        let (method, path) = ("GET", "/metrics");
+        let mut req = self
+            .http
+            .get(format!("http://{}{path}", self.addr))
+            .timeout(self.timeout);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| self.transport(e, method, path))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| self.transport(e, method, path))?;
+        if status != 200 {
+            return Err(ApiError::Status {
+                method: method.to_string(),
+                path: path.to_string(),
+                status,
+                message: text,
+            });
+        }
+        Ok(text)
+    }
+
     async fn call<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,
         method: &str,

@@ -132,6 +132,65 @@ fn no_route_answers_without_the_token_or_to_a_foreign_host_or_origin() {
     a.get("/v1/status");
 }
 
+/// `/metrics` is for a scraper on this machine: no token on loopback, but the same `Host`
+/// and `Origin` checks as every route, so a web page can neither read it cross-site nor
+/// through DNS rebinding.
+#[test]
+fn metrics_need_no_token_on_loopback_but_keep_the_host_and_origin_checks() {
+    use std::io::{Read, Write};
+
+    let root = tempfile::tempdir().expect("tmp");
+    let a = Node::start("A", &root.path().join("a"), None, &[]);
+    let anonymous = gpuchain_api::ApiClient::new(a.api, None);
+    let text = block_on(anonymous.metrics()).expect("metrics without a token");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    for series in [
+        "gpuchain_steps_total 0",
+        "gpuchain_peers 0",
+        "gpuchain_transactions_total{outcome=\"mined\"} 0",
+        "# TYPE gpuchain_detection_latency_seconds histogram",
+    ] {
+        assert!(text.contains(series), "{series:?} not in\n{text}");
+    }
+
+    // Served as OpenMetrics text, which is what Prometheus negotiates for.
+    let mut conn = std::net::TcpStream::connect(a.api).expect("connect");
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        a.api
+    )
+    .expect("request");
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).expect("answer");
+    let head = raw
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(
+        head.contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+
+    // A foreign page, or a rebound name, is refused even with the token.
+    for origin in ["http://evil.example", "null"] {
+        let (code, v) = a.request("GET", "/metrics", None, &[("origin", origin)]);
+        assert_eq!(code, 403, "from Origin {origin}: {v}");
+        let r = block_on(anonymous.send("GET", "/metrics", None::<&()>, &[("origin", origin)]))
+            .expect("answer");
+        assert_eq!(
+            r.status, 403,
+            "from Origin {origin} without a token: {}",
+            r.body
+        );
+    }
+    let host = format!("rebind.evil.example:{}", a.api.port());
+    let (code, v) = a.request("GET", "/metrics", None, &[("host", &host)]);
+    assert_eq!(code, 403, "with Host {host}: {v}");
+}
+
 #[test]
 fn the_keystore_cannot_be_imported_exported_over_or_fetched_by_a_peer() {
     let root = tempfile::tempdir().expect("tmp");
