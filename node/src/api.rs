@@ -25,8 +25,8 @@ use gpuchain_web::{Access, Dashboard, Mode};
 
 use crate::cli::Fault;
 use crate::datadir::DataDir;
-use crate::roles::ctx::CheatSwitch;
 use crate::handle::NodeHandle;
+use crate::roles::ctx::CheatSwitch;
 use crate::roles::handle::RolesHandle;
 
 /// What every handler can reach: the node, and the data dir's path rules.
@@ -322,10 +322,7 @@ struct CheatRequest {
 }
 
 /// TESTING ONLY: the testnet's break-it controls make this provider's next checkpoint cheat.
-async fn arm_cheat(
-    State(Api { cheat, .. }): State<Api>,
-    Json(r): Json<CheatRequest>,
-) -> ApiResult {
+async fn arm_cheat(State(Api { cheat, .. }): State<Api>, Json(r): Json<CheatRequest>) -> ApiResult {
     let Some(cheat) = cheat else {
         return Err(ApiError(
             StatusCode::FORBIDDEN,

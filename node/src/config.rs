@@ -229,7 +229,9 @@ impl NodeConfig {
         let test_cheat_control =
             args.test_cheat_control || file.test_cheat_control.unwrap_or(false);
         if test_cheat_control && !roles.contains(&Role::Provider) {
-            bail!("--test-cheat-control makes a provider's checkpoints cheat; it needs --role provider");
+            bail!(
+                "--test-cheat-control makes a provider's checkpoints cheat; it needs --role provider"
+            );
         }
         Ok(Self {
             test_cheat_control,

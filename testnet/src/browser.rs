@@ -71,12 +71,20 @@ impl Browser {
                     "args": [
                         "--headless=new", "--no-sandbox", "--disable-gpu",
                         "--disable-dev-shm-usage", "--no-first-run",
+                        // For memory checks: exact heap figures and a gc() to call first.
+                        "--enable-precise-memory-info", "--js-flags=--expose-gc",
                         format!("--window-size={width},{height}"),
                     ],
                 },
             }},
         });
-        let v = call(&http, reqwest::Method::POST, &format!("{base}/session"), Some(&caps)).await?;
+        let v = call(
+            &http,
+            reqwest::Method::POST,
+            &format!("{base}/session"),
+            Some(&caps),
+        )
+        .await?;
         let session = v["sessionId"]
             .as_str()
             .ok_or_else(|| anyhow!("chromedriver gave no session id: {v}"))?
@@ -127,10 +135,7 @@ impl Browser {
         let deadline = Instant::now() + timeout;
         loop {
             let v = self.eval(script, json!([])).await?;
-            let truthy = !(v.is_null()
-                || v == json!(false)
-                || v == json!(0)
-                || v == json!(""));
+            let truthy = !(v.is_null() || v == json!(false) || v == json!(0) || v == json!(""));
             if truthy {
                 return Ok(v);
             }
@@ -177,9 +182,15 @@ async fn call(
     if let Some(b) = body {
         req = req.json(b);
     }
-    let r = req.send().await.with_context(|| format!("WebDriver {url}"))?;
+    let r = req
+        .send()
+        .await
+        .with_context(|| format!("WebDriver {url}"))?;
     let status = r.status();
-    let v: Value = r.json().await.with_context(|| format!("WebDriver {url}: not JSON"))?;
+    let v: Value = r
+        .json()
+        .await
+        .with_context(|| format!("WebDriver {url}: not JSON"))?;
     if !status.is_success() {
         bail!(
             "WebDriver {url}: {status}: {}",

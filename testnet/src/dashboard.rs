@@ -16,7 +16,9 @@ use anyhow::{Context, Result};
 use futures::future::BoxFuture;
 use gpuchain_api::ApiClient;
 use gpuchain_contracts::chain::ChainClient;
-use gpuchain_web::{Access, Beat, BreakAction, BreakRequest, Controls, Dashboard, Feed, Mode, Target};
+use gpuchain_web::{
+    Access, Beat, BreakAction, BreakRequest, Controls, Dashboard, Feed, Mode, Target,
+};
 use serde_json::{Value, json};
 
 use crate::events::{Logged, NodeEvent, unix_micros};
@@ -104,9 +106,15 @@ impl Board {
 
     /// A line of the harness's own, shown live and kept for the run record.
     pub fn harness(&self, event: HarnessEvent) {
+        self.harness_at(event, SystemTime::now());
+    }
+
+    /// [`Board::harness`] for something done at `at` (a kill is stamped with the moment
+    /// before its signal, not when it was written down, so times to notice are not short).
+    pub fn harness_at(&self, event: HarnessEvent, at: SystemTime) {
         let line = RecordLine {
             node: HARNESS.into(),
-            timestamp_us: unix_micros(SystemTime::now()).unwrap_or_default(),
+            timestamp_us: unix_micros(at).unwrap_or_default(),
             event: Recorded::Harness(event),
         };
         self.feed.push(&line, line.timestamp_us, None);
@@ -124,8 +132,10 @@ impl Board {
             .clone()
     }
 
-    /// Reads every watched log from where it was left and feeds the new events.
+    /// Reads every watched log from where it was left and feeds the new events, all nodes'
+    /// together in time order.
     pub fn tail_once(&self) {
+        let mut batch: Vec<(String, Logged)> = Vec::new();
         let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
         for (name, w) in nodes.iter_mut() {
             let Ok(mut f) = std::fs::File::open(&w.log) else {
@@ -150,8 +160,13 @@ impl Board {
                 let Some(logged) = Logged::from_line(&v) else {
                     continue;
                 };
-                push_node_line(&self.feed, name, logged);
+                batch.push((name.clone(), logged));
             }
+        }
+        drop(nodes);
+        batch.sort_by_key(|(_, l)| l.at);
+        for (name, logged) in batch {
+            push_node_line(&self.feed, &name, logged);
         }
     }
 
@@ -281,6 +296,7 @@ impl Controls for Board {
                     req.action, req.node
                 ));
             }
+            let at = SystemTime::now();
             let (done, state) = match req.action {
                 BreakAction::Kill => (signal(pid, Signal::Kill, "killed (kill -9)")?, "killed"),
                 BreakAction::Freeze => (signal(pid, Signal::Stop, "frozen (SIGSTOP)")?, "frozen"),
@@ -304,10 +320,13 @@ impl Controls for Board {
                     w.state = state;
                 }
             }
-            board.harness(HarnessEvent::Break {
-                action: req.action,
-                target_node: req.node.clone(),
-            });
+            board.harness_at(
+                HarnessEvent::Break {
+                    action: req.action,
+                    target_node: req.node.clone(),
+                },
+                at,
+            );
             Ok(format!("{}: {done}", req.node))
         })
     }

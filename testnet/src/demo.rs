@@ -99,11 +99,21 @@ pub async fn run(run_dir: &Path, binary: &Path) -> Result<DemoReport> {
         .with_context(|| format!("cannot create the run folder {}", run_dir.display()))?;
     progress("starting anvil and deploying JobEscrow + test USDC");
     let mut net = Testnet::with_new_chain(run_dir, binary, ChainOpts::default()).await?;
+    let dashboard = net.serve_dashboard("the 4 Nov run").await?;
+    progress(&format!(
+        "dashboard (open it in a browser): {}",
+        dashboard.url()
+    ));
     let result = drive(&mut net, run_dir, started).await;
     if let Err(e) = write_record(&net, run_dir, &[]) {
         progress(&format!("could not write the run record: {e:#}"));
     }
     net.stop_all().await;
+    drop(dashboard);
+    progress(&format!(
+        "replay it: gpuchain dashboard --replay {}",
+        run_dir.display()
+    ));
     result
 }
 
@@ -163,6 +173,7 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
             },
         )
         .await?;
+    let submitted = Instant::now();
     let client = net.node("client")?;
     let job_path = format!("/v1/jobs/{job_num}");
 
@@ -191,6 +202,17 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
     .await?;
     let kill_time = net.kill9("A")?;
     let (_, reported, accepted) = killed.context("kill point")?;
+    if let Some(board) = net.board() {
+        board.harness_at(
+            crate::record::HarnessEvent::ScenarioFault {
+                action: crate::scenario::Action::Kill,
+                target_node: "A".into(),
+                at_step: reported,
+                at_secs: submitted.elapsed().as_secs_f64(),
+            },
+            kill_time,
+        );
+    }
     progress(&format!(
         "kill -9 of provider A at step {reported} ({accepted} accepted)"
     ));

@@ -111,11 +111,11 @@ impl Testnet {
     /// Serves the network's dashboard (every node's events, the chain, the break-it
     /// controls) on loopback until the returned server is dropped; nodes started later are
     /// watched too.
-    pub async fn serve_dashboard(&mut self, title: &str) -> Result<crate::dashboard::DashboardServer> {
-        let chain = match &self.chain {
-            Some(c) => Some(c.deployer().clone()),
-            None => None,
-        };
+    pub async fn serve_dashboard(
+        &mut self,
+        title: &str,
+    ) -> Result<crate::dashboard::DashboardServer> {
+        let chain = self.chain.as_ref().map(|c| c.deployer().clone());
         let board = crate::dashboard::Board::new(chain);
         for n in &self.nodes {
             board.watch(n);

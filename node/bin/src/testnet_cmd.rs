@@ -119,6 +119,7 @@ pub fn run(cmd: TestnetCommand) -> Result<()> {
 async fn up(a: UpArgs, binary: &std::path::Path) -> Result<()> {
     let dir = run_dir(a.run_dir, "testnet")?;
     let mut net = Testnet::with_new_chain(&dir, binary, ChainOpts::default()).await?;
+    let dashboard = net.serve_dashboard("local testnet").await?;
     let chain = net.chain()?;
     let (rpc, escrow, token) = (
         chain.rpc_url().to_string(),
@@ -141,7 +142,9 @@ async fn up(a: UpArgs, binary: &std::path::Path) -> Result<()> {
         let spec = net
             .role_spec(&name, "provider")?
             .arg("--price-per-step")
-            .arg(format!("0.{:06}", 1_000 * i));
+            .arg(format!("0.{:06}", 1_000 * i))
+            // The dashboard's break-it controls may make its next checkpoint cheat.
+            .arg("--test-cheat-control");
         net.spawn(spec).await?;
         net.stake(&name, U256::from(100 * USDC)).await?;
     }
@@ -153,6 +156,11 @@ async fn up(a: UpArgs, binary: &std::path::Path) -> Result<()> {
     println!("  chain      {rpc}  escrow {escrow}  test USDC {token}");
     println!("  bootstrap  {}", client.listen_addr());
     println!("  client     data dir {}", client.data_dir().display());
+    println!("  dashboard  {}", dashboard.url());
+    println!(
+        "             (the client's own: http://{}/dashboard/)",
+        client.api_addr()
+    );
     println!("\nSubmit a job (any job file; `testnet/scenarios/` has examples):\n");
     println!(
         "  {} job submit --data-dir {} --spec job.toml --budget 5 --max-price 0.003 --committee {committee} --quorum {} --verifier-fee 0.001",
@@ -167,6 +175,7 @@ async fn up(a: UpArgs, binary: &std::path::Path) -> Result<()> {
     tokio::signal::ctrl_c().await?;
     eprintln!("stopping…");
     net.stop_all().await;
+    drop(dashboard);
     drop(net);
     tokio::time::sleep(Duration::from_millis(100)).await;
     Ok(())

@@ -103,9 +103,14 @@ impl CheatSwitch {
     /// Arms `fault` for the next checkpoint; only the checkpoint cheats can be armed.
     pub fn arm(&self, fault: Fault) -> anyhow::Result<()> {
         if !matches!(fault, Fault::Junk | Fault::Stale | Fault::Nan) {
-            anyhow::bail!("only junk, stale and nan can be armed for one checkpoint, not {fault:?}");
+            anyhow::bail!(
+                "only junk, stale and nan can be armed for one checkpoint, not {fault:?}"
+            );
         }
-        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fault);
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fault);
         Ok(())
     }
 

@@ -12,9 +12,11 @@
     'bid_refused', 'blob_fetch_failed', 'quality_error', 'spot_check_error', 'roles_failed', 'fatal',
     'cursor_not_saved', 'spec_not_saved', 'trainer_inconsistent', 'training_failed']);
   const TIMELINE_SHOWN = 300;
+  // A live page may stay open for days: what it keeps is capped, oldest dropped first.
+  const KEEP = { points: 20000, timeline: 2000, checkpoints: 1000, chain: 20000 };
 
   let info = { mode: 'live', title: '', targets: [] };
-  let lines = [];          // replay: every line; live: the lines folded so far, heartbeats left out
+  let lines = [];          // replay: every line (a live page folds each line and keeps none)
   let live = false;        // the stream has sent everything it held
   let view = fresh();
   let folded = 0;          // lines folded into `view`
@@ -25,7 +27,7 @@
   // ---------- the fold -------------------------------------------------------------------
   function fresh() {
     return {
-      t0: null, t: 0, lastStep: 0,
+      t0: null, t: 0, lastStep: 0, job: null,
       nodes: new Map(), byAddr: new Map(),
       jobs: new Map(),
       loss: new Map(),
@@ -67,15 +69,28 @@
     if (!c) { c = { job: e.job_id, epoch: e.epoch, step: e.step, parent: null, provider: null, status: 'pending', acc: null, prev: null }; v.cps.set(k, c); }
     return c;
   }
-  function note(v, t, text, cls, block) { v.timeline.push({ t, text, cls: cls || '', block }); }
+  // In time order: live lines of different nodes can arrive a little out of order.
+  function note(v, t, text, cls, block) {
+    const tl = v.timeline; let i = tl.length;
+    while (i > 0 && tl[i - 1].t > t) i -= 1;
+    tl.splice(i, 0, { t, text, cls: cls || '', block });
+  }
   function voters(v, e) {
     const j = v.jobs.get(e.job_id); const bits = big(e.voters); const out = [];
     if (j) j.committee.forEach((a, i) => { if ((bits >> BigInt(i)) & 1n) out.push(a); });
     return out;
   }
-  function lossPoint(v, who, step, loss, t, epoch) {
-    let pts = v.loss.get(who);
-    if (!pts) { pts = []; v.loss.set(who, pts); }
+  // The chart shows one job: the newest that trained.
+  function jobLoss(v, job) {
+    let m = v.loss.get(job);
+    if (!m) { m = new Map(); v.loss.set(job, m); }
+    return m;
+  }
+  function lossPoint(v, job, who, step, loss, t, epoch) {
+    v.job = job;
+    const m = jobLoss(v, job);
+    let pts = m.get(who);
+    if (!pts) { pts = []; m.set(who, pts); }
     const last = pts[pts.length - 1];
     if (last && last.step === step) return;
     pts.push({ step, loss, t, epoch });
@@ -121,20 +136,17 @@
         break;
       case 'first_step':
         note(v, t, `${l.node} training: first step ${e.step}, loss ${e.loss.toFixed(3)}`);
-        for (const h of v.harm) {
-          if (h.again === undefined && h.node !== l.node && t >= h.t) {
-            h.again = t - h.t;
-            if (!v.again) v.again = { us: h.again, on: l.node, after: h.node };
-          }
-        }
+        trainingAgain(v, l.node, t);
         // falls through
       case 'step':
         me.step = e.step; v.lastStep = e.step;
-        lossPoint(v, l.node, e.step, e.loss, t, e.epoch);
+        lossPoint(v, e.job_id, l.node, e.step, e.loss, t, e.epoch);
         break;
       case 'heartbeat': {
         const who = name(v, e.provider); const p = node(v, who);
-        p.beat = t; if (!providerNodeKnown(v, e.provider)) { p.step = e.step; v.lastStep = Math.max(v.lastStep, e.step); lossPoint(v, who, e.step, e.loss, t, e.epoch); }
+        p.beat = t;
+        // A client's own page hears its providers only through their heartbeats.
+        if (!providerNodeKnown(v, e.provider)) { p.step = e.step; v.lastStep = Math.max(v.lastStep, e.step); lossPoint(v, e.job_id, who, e.step, e.loss, t, e.epoch); trainingAgain(v, who, t); }
         break;
       }
       case 'provider_lost': {
@@ -204,6 +216,23 @@
       default:
     }
   }
+  function trim(v) {
+    const cut = (arr, max) => { if (arr.length > max) arr.splice(0, arr.length - max); };
+    for (const m of v.loss.values()) for (const pts of m.values()) cut(pts, KEEP.points);
+    if (v.loss.size > 20) for (const k of [...v.loss.keys()].slice(0, v.loss.size - 20)) v.loss.delete(k);
+    cut(v.timeline, KEEP.timeline);
+    for (const [m, max] of [[v.cps, KEEP.checkpoints], [v.seenChain, KEEP.chain], [v.txByBlock, KEEP.chain]]) {
+      if (m.size > max) for (const k of [...m.keys()].slice(0, m.size - max)) m.delete(k);
+    }
+  }
+  function trainingAgain(v, who, t) {
+    for (const h of v.harm) {
+      if (h.again === undefined && h.node !== who && t >= h.t) {
+        h.again = t - h.t;
+        if (!v.again) v.again = { us: h.again, on: who, after: h.node };
+      }
+    }
+  }
   function creditFees(v, e) {
     const fees = big(e.fees); v.money.fees += fees;
     const who = voters(v, e);
@@ -217,15 +246,15 @@
   function onLine(text) {
     let l; try { l = JSON.parse(text); } catch { return; }
     if (info.mode === 'replay') { lines.push(l); return; }
-    if (l.event !== 'heartbeat') lines.push(l);
-    apply(view, l); folded = lines.length; dirty = true;
+    apply(view, l); folded += 1; dirty = true;
+    if (folded % 1000 === 0) trim(view);
   }
   function connect() {
     const es = new EventSource('feed');
     es.addEventListener('reset', () => { lines = []; view = fresh(); folded = 0; live = false; dirty = true; });
     es.addEventListener('line', (m) => onLine(m.data));
     es.addEventListener('live', () => {
-      live = true; $('conn').textContent = info.mode === 'replay' ? `${lines.length} lines` : 'live'; $('conn').classList.add('on');
+      live = true; $('conn').textContent = info.mode === 'replay' ? `${lines.length} lines` : 'connected'; $('conn').classList.add('on');
       if (info.mode === 'replay') { es.close(); startReplay(); }
       dirty = true;
     });
@@ -271,6 +300,7 @@
     const v = view;
     $('clock').textContent = v.t0 === null ? '0.0 s' : `${secs(v, info.mode === 'replay' ? shownUs ?? v.t : v.t)} s`;
     $('now-step').textContent = String(v.lastStep);
+    $('chart-job').textContent = v.job ? `job ${v.job}` : '';
     renderFigures(v); renderChart(v); renderCheckpoints(v); renderTimeline(v); renderMoney(v); renderNodes(v);
   }
 
@@ -280,20 +310,22 @@
     $('fig-again').textContent = v.again ? `${(v.again.us / 1e6).toFixed(2)} s` : '–';
     $('fig-again-how').textContent = v.again ? `on ${v.again.on}, after ${v.again.after} went down` : '';
     const cheats = [...v.cps.values()].filter((c) => c.cheat && c.status !== 'pending').length;
-    $('fig-junk').textContent = v.refused ? `${v.refused} refused` : '–';
+    $('fig-junk').textContent = `${v.refused} refused`;
     $('fig-junk-how').textContent = cheats ? `${v.cheatRefused} of ${cheats} cheating checkpoints refused, ${v.cheatPaid} paid` : '';
   }
 
   function renderChart(v) {
+    const loss = v.loss.get(v.job) || new Map();
+    const cps = [...v.cps.values()].filter((c) => c.job === v.job);
     const c = $('chart'); const dpr = window.devicePixelRatio || 1;
     const W = c.clientWidth || 900; const H = Math.round(W * 340 / 900);
     if (c.width !== Math.round(W * dpr)) { c.width = Math.round(W * dpr); c.height = Math.round(H * dpr); }
     const g = c.getContext('2d'); g.setTransform(dpr, 0, 0, dpr, 0, 0); g.clearRect(0, 0, W, H);
-    const lanes = Math.max(1, v.loss.size); const lane = lanes > 1 ? 6 : 10;
+    const lanes = Math.max(1, loss.size); const lane = lanes > 1 ? 6 : 10;
     const L = 44; const R = 10; const T = 22; const B = 30 + lanes * lane; const strip = lanes * lane;
     let maxStep = 10; let maxLoss = 0.1;
-    for (const pts of v.loss.values()) for (const p of pts) { maxStep = Math.max(maxStep, p.step); if (Number.isFinite(p.loss)) maxLoss = Math.max(maxLoss, p.loss); }
-    for (const cp of v.cps.values()) maxStep = Math.max(maxStep, cp.step);
+    for (const pts of loss.values()) for (const p of pts) { maxStep = Math.max(maxStep, p.step); if (Number.isFinite(p.loss)) maxLoss = Math.max(maxLoss, p.loss); }
+    for (const cp of cps) maxStep = Math.max(maxStep, cp.step);
     maxStep = Math.ceil(maxStep / 50) * 50; maxLoss *= 1.08;
     const x = (s) => L + (s / maxStep) * (W - L - R);
     const y = (l) => T + (1 - l / maxLoss) * (H - T - B - 6);
@@ -303,8 +335,8 @@
     for (let s = 0; s <= maxStep; s += tick) g.fillText(String(s), x(s) - 8, H - 6);
     // Intervals: solid when accepted and paid, striped while not checked, red striped when refused.
     // One lane per provider: a refused interval and its replacement cover the same steps.
-    const sy = H - B + 8; const laneOf = [...v.loss.keys()];
-    for (const cp of v.cps.values()) {
+    const sy = H - B + 8; const laneOf = [...loss.keys()];
+    for (const cp of cps) {
       const from = cp.parent ?? Math.max(0, cp.step - 50);
       const li = Math.max(0, laneOf.indexOf(cp.provider));
       g.fillStyle = cp.status === 'accepted' ? '#3fb68b' : stripes(g, cp.status === 'refused' ? '#e5534b' : '#8a93a3');
@@ -313,7 +345,7 @@
       g.setLineDash(cp.status === 'pending' ? [3, 3] : []); g.beginPath(); g.moveTo(x(cp.step), T); g.lineTo(x(cp.step), sy); g.stroke(); g.setLineDash([]);
       if (cp.acc !== null) { g.fillStyle = g.strokeStyle; g.fillText(`${(cp.acc * 100).toFixed(0)}%`, x(cp.step) - 10, cp.status === 'refused' ? T + 10 : T - 6); }
     }
-    for (const [who, pts] of v.loss) {
+    for (const [who, pts] of loss) {
       g.strokeStyle = colour(who); g.fillStyle = colour(who); g.lineWidth = 1.5; g.beginPath();
       let prev = null;
       for (const p of pts) {
@@ -328,11 +360,11 @@
     chartGeom = { L, R, W, maxStep };
     // The legend says how many points each provider's curve holds.
     const legend = $('legend');
-    const want = [...v.loss.keys()];
+    const want = [...loss.keys()];
     if (legend.childElementCount !== want.length) legend.replaceChildren(...want.map(() => document.createElement('span')));
     want.forEach((who, i) => {
-      const el = legend.children[i]; el.className = 'legend'; el.dataset.provider = who; el.dataset.points = String(v.loss.get(who).length);
-      const label = `${who} (${v.loss.get(who).length} steps)`;
+      const el = legend.children[i]; el.className = 'legend'; el.dataset.provider = who; el.dataset.points = String(loss.get(who).length);
+      const label = `${who} (${loss.get(who).length} steps)`;
       if (el.dataset.label !== label) {
         const sw = document.createElement('i'); sw.style.background = colour(who);
         el.replaceChildren(sw, label); el.dataset.label = label;
@@ -349,12 +381,13 @@
   }
   let chartGeom = null;
   function readout(v, step) {
+    const loss = v.loss.get(v.job) || new Map();
     const parts = [];
-    for (const [who, pts] of v.loss) {
+    for (const [who, pts] of loss) {
       const p = pts.find((q) => q.step === step);
       if (p) parts.push(`${who}: loss ${Number.isFinite(p.loss) ? p.loss.toFixed(4) : p.loss} (epoch ${p.epoch})`);
     }
-    const cp = [...v.cps.values()].find((c) => (c.parent ?? c.step - 50) < step && step <= c.step);
+    const cp = [...v.cps.values()].filter((c) => c.job === v.job).find((c) => (c.parent ?? c.step - 50) < step && step <= c.step);
     const state = cp ? { accepted: 'accepted and paid', refused: 'refused', pending: 'not checked yet' }[cp.status] : 'no checkpoint yet';
     $('readout').textContent = `step ${step}: ${parts.join('; ') || 'no point'} — interval ${state}`;
   }
@@ -367,7 +400,7 @@
   }
 
   function renderCheckpoints(v) {
-    const decided = [...v.cps.values()].filter((c) => c.status !== 'pending' || c.acc !== null).slice(-12);
+    const decided = [...v.cps.values()].filter((c) => c.job === v.job && (c.status !== 'pending' || c.acc !== null)).slice(-12);
     const tb = $('checkpoints').tBodies[0];
     while (tb.rows.length > decided.length) tb.deleteRow(-1);
     decided.forEach((c, i) => {
@@ -492,7 +525,7 @@
     if (info.mode !== 'replay') setInterval(() => { dirty = true; }, 1000);
     connect();
     requestAnimationFrame(tick);
-    window.gpuchainDashboard = { view: () => view, seek, lines: () => lines.length, ready: () => live };
+    window.gpuchainDashboard = { view: () => view, seek, lines: () => (info.mode === 'replay' ? lines.length : folded), ready: () => live };
   }
   start();
 })();

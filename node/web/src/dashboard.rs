@@ -101,8 +101,14 @@ struct Info<'a> {
 /// `/dashboard/`, its info and its stream.
 pub fn view_routes<S: Clone + Send + Sync + 'static>(d: Arc<Dashboard>) -> Router<S> {
     Router::new()
-        .route("/dashboard", get(|| async { Redirect::permanent("/dashboard/") }))
-        .route("/dashboard/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
+        .route(
+            "/dashboard",
+            get(|| async { Redirect::permanent("/dashboard/") }),
+        )
+        .route(
+            "/dashboard/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
+        )
         .route(
             "/dashboard/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
@@ -163,12 +169,17 @@ async fn info(State(d): State<Arc<Dashboard>>) -> Response {
     .into_response()
 }
 
-async fn feed(State(d): State<Arc<Dashboard>>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+async fn feed(
+    State(d): State<Arc<Dashboard>>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let (held, rx) = d.feed.subscribe();
     // Browsers drop an event whose data is empty: the markers carry their own name.
     let head = stream::iter(
         std::iter::once(Event::default().event("reset").data("reset"))
-            .chain(held.into_iter().map(|l| Event::default().event("line").data(&*l)))
+            .chain(
+                held.into_iter()
+                    .map(|l| Event::default().event("line").data(&*l)),
+            )
             .chain(std::iter::once(Event::default().event("live").data("live"))),
     );
     let live = stream::unfold(rx, |mut rx| async move {

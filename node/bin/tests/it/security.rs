@@ -50,6 +50,11 @@ fn routes(hash: &str) -> Vec<(&'static str, String, Option<Value>)> {
         ),
         ("POST", "/v1/jobs".into(), Some(json!({}))),
         ("POST", "/v1/shutdown".into(), None),
+        (
+            "POST",
+            "/v1/test/cheat".into(),
+            Some(json!({"fault": "junk"})),
+        ),
     ]
 }
 
@@ -189,6 +194,35 @@ fn metrics_need_no_token_on_loopback_but_keep_the_host_and_origin_checks() {
     let host = format!("rebind.evil.example:{}", a.api.port());
     let (code, v) = a.request("GET", "/metrics", None, &[("host", &host)]);
     assert_eq!(code, 403, "with Host {host}: {v}");
+}
+
+#[test]
+fn a_node_not_started_for_a_testnet_takes_no_cheat_even_with_the_token() {
+    let root = tempfile::tempdir().expect("tmp");
+    let a = Node::start("A", &root.path().join("a"), None, &[]);
+    let (code, v) = a.request(
+        "POST",
+        "/v1/test/cheat",
+        Some(json!({"fault": "junk"})),
+        &[],
+    );
+    assert_eq!(code, 403, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("--test-cheat-control")),
+        "{v}"
+    );
+    // Nothing but a provider may be started so.
+    let out = command()
+        .args(["node", "--data-dir"])
+        .arg(root.path().join("b"))
+        .arg("--test-cheat-control")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--role provider"), "{err}");
 }
 
 #[test]
