@@ -146,12 +146,7 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
         net.spawn(spec).await?;
         net.stake(name, U256::from(STAKE)).await?;
     }
-    let client = net.node("client")?;
-    poll_until("the mesh", Duration::from_secs(30), async || {
-        Ok(client.connected_peers().await? >= 5)
-    })
-    .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    net.wait_mesh("client").await?;
 
     let job_file = run_dir.join("job.toml");
     std::fs::write(&job_file, JOB_FILE)?;

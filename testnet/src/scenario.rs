@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::demo::usdc;
 use crate::record::{HARNESS, HarnessEvent, RECORD_FILE, RecordLine, Recorded, write_record};
-use crate::{ChainOpts, JobSubmission, Testnet, U256, USDC, poll_until};
+use crate::{ChainOpts, JobSubmission, Testnet, U256, USDC};
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use serde::{Deserialize, Serialize};
 
@@ -361,13 +361,7 @@ async fn play(
             _ => {}
         }
     }
-    let client = net.node(&s.job.client)?;
-    let others = s.nodes.len() as u64 - 1;
-    poll_until("the mesh", Duration::from_secs(30), async || {
-        Ok(client.connected_peers().await? >= others)
-    })
-    .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    net.wait_mesh(&s.job.client).await?;
 
     let job_id = net
         .submit_job(

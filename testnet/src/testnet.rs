@@ -15,6 +15,8 @@ use crate::process::Signal;
 
 /// The keystore password every testnet node gets (through a file, as a real node would).
 pub const PASSWORD: &str = "gpuchain-testnet";
+/// How long hellos take to go round once a mesh is connected.
+const HELLO_SETTLE: Duration = Duration::from_secs(2);
 /// How long `stop` waits after SIGTERM before it sends SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -106,6 +108,23 @@ impl Testnet {
     pub fn with_chain(mut self, chain: Chain) -> Self {
         self.chain = Some(chain);
         self
+    }
+
+    /// Waits until node `name` is connected to every other running node, then for the hellos
+    /// (address ↔ peer, blob endpoints), which go out shortly after peers subscribe.
+    pub async fn wait_mesh(&self, name: &str) -> Result<()> {
+        let node = self.node(name)?;
+        let others = self
+            .nodes
+            .iter()
+            .filter(|n| n.name() != name && n.is_running())
+            .count() as u64;
+        crate::poll_until("the mesh to connect", Duration::from_secs(30), async || {
+            Ok(node.connected_peers().await? >= others)
+        })
+        .await?;
+        tokio::time::sleep(HELLO_SETTLE).await;
+        Ok(())
     }
 
     /// Serves the network's dashboard (every node's events, the chain, the break-it

@@ -159,7 +159,7 @@ fn timeline_has(needle: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_live_page_follows_the_run_and_its_kill_button_fails_a_provider_over() -> Result<()> {
-    use gpuchain_testnet::{ChainOpts, JobSubmission, Testnet, U256, USDC, event_is, poll_until};
+    use gpuchain_testnet::{ChainOpts, JobSubmission, Testnet, U256, USDC, event_is};
 
     let dir = run_dir("dashboard-live")?;
     let mut net = Testnet::with_new_chain(&dir, binary()?, ChainOpts::default()).await?;
@@ -179,12 +179,7 @@ async fn the_live_page_follows_the_run_and_its_kill_button_fails_a_provider_over
         net.spawn(spec).await?;
         net.stake(name, U256::from(100 * USDC)).await?;
     }
-    let client = net.node("client")?;
-    poll_until("the mesh", Duration::from_secs(30), async || {
-        Ok(client.connected_peers().await? >= 4)
-    })
-    .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    net.wait_mesh("client").await?;
     let job_file = dir.join("job.toml");
     std::fs::write(&job_file, JOB_FILE)?;
     let job = net
@@ -372,7 +367,7 @@ async fn the_live_page_follows_the_run_and_its_kill_button_fails_a_provider_over
 async fn the_page_stays_bounded_over_a_long_run() -> Result<()> {
     use std::time::Instant;
 
-    use gpuchain_testnet::{ChainOpts, JobSubmission, Testnet, U256, USDC, event_is, poll_until};
+    use gpuchain_testnet::{ChainOpts, JobSubmission, Testnet, U256, USDC, event_is};
 
     let minutes: u64 = std::env::var("GPUCHAIN_DASHBOARD_SOAK_MINUTES")
         .ok()
@@ -393,12 +388,7 @@ async fn the_page_stays_bounded_over_a_long_run() -> Result<()> {
         .arg("0.0001");
     net.spawn(spec).await?;
     net.stake("A", U256::from(100 * USDC)).await?;
-    let client = net.node("client")?;
-    poll_until("the mesh", Duration::from_secs(30), async || {
-        Ok(client.connected_peers().await? >= 3)
-    })
-    .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    net.wait_mesh("client").await?;
     let job_file = dir.join("job.toml");
     std::fs::write(
         &job_file,

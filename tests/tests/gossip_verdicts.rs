@@ -47,13 +47,9 @@ async fn equivocating_votes_cost_their_forwarder_its_score() -> Result<()> {
         net.spawn_verifier(spec).await?;
     }
     net.spawn(NodeSpec::new("mallory")).await?;
+    net.wait_mesh("client").await?;
     let client = net.node("client")?;
     let mallory = net.node("mallory")?;
-    poll_until("the mesh to connect", Duration::from_secs(30), async || {
-        Ok(client.connected_peers().await? >= 3)
-    })
-    .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
 
     let job_file = dir.join("job.toml");
     std::fs::write(&job_file, JOB_FILE)?;

@@ -102,14 +102,7 @@ async fn setup(tag: &str, providers: &[Provider]) -> Result<Setup> {
         net.spawn(spec).await?;
         net.stake(pr.name, U256::from(STAKE)).await?;
     }
-    let total = 3 + providers.len() as u64;
-    let client = net.node("client")?;
-    poll_until("the mesh to connect", Duration::from_secs(30), async || {
-        Ok(client.connected_peers().await? + 1 >= total)
-    })
-    .await?;
-    // Hellos (address ↔ peer, blob endpoints) go out shortly after peers subscribe.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    net.wait_mesh("client").await?;
     let job_file = dir.join("job.toml");
     std::fs::write(&job_file, JOB_FILE)?;
     Ok(Setup { net, job_file })
