@@ -170,7 +170,7 @@ async fn the_live_page_follows_the_run_and_its_kill_button_fails_a_provider_over
         let spec = net.role_spec(v, "verifier")?;
         net.spawn_verifier(spec).await?;
     }
-    for (name, price) in [("A", "0.001"), ("B", "0.002")] {
+    for (name, price) in [("A", "0.001"), ("B", "0.002"), ("C", "0.003")] {
         let spec = net
             .role_spec(name, "provider")?
             .arg("--price-per-step")
@@ -188,7 +188,7 @@ async fn the_live_page_follows_the_run_and_its_kill_button_fails_a_provider_over
             &JobSubmission {
                 file: job_file,
                 budget: "1".into(),
-                max_price: "0.002".into(),
+                max_price: "0.003".into(),
                 committee: 2,
                 quorum: 2,
                 verifier_fee: "0.001".into(),
@@ -247,6 +247,29 @@ async fn the_live_page_follows_the_run_and_its_kill_button_fails_a_provider_over
     )
     .await?;
     b.screenshot(&dir.join("live-after-kill.png")).await?;
+
+    // B's next checkpoint is junk, from its button: refused on the page, C takes over.
+    b.click(r#"button[data-node="B"][data-action="cheat_junk"]"#)
+        .await?;
+    b.wait_for(
+        "B's junk refused",
+        "return [...document.querySelectorAll('#timeline li')].some(li => li.textContent.includes(\"B's checkpoint at step\") && li.textContent.includes('refused'))",
+        Duration::from_secs(120),
+    )
+    .await?;
+    b.wait_for(
+        "the new epoch on C",
+        &timeline_has("epoch 3: C assigned"),
+        Duration::from_secs(60),
+    )
+    .await?;
+    let junk = b
+        .eval(
+            "return document.getElementById('fig-junk-how').textContent",
+            json!([]),
+        )
+        .await?;
+    assert_eq!(junk, json!("1 of 1 cheating checkpoints refused, 0 paid"));
     let notice = b
         .eval(
             "return document.getElementById('fig-notice').textContent",
@@ -275,6 +298,11 @@ async fn the_live_page_follows_the_run_and_its_kill_button_fails_a_provider_over
     for (key, want) in [
         ("paid:A", money.paid_to(addr("A")?)),
         ("paid:B", money.paid_to(addr("B")?)),
+        ("paid:C", money.paid_to(addr("C")?)),
+        (
+            "slashed:B",
+            money.slashed.get(&addr("B")?).copied().unwrap_or_default(),
+        ),
         ("fees", money.fees_total()),
         ("fees:v1", money.fees_to(addr("v1")?)),
         ("fees:v2", money.fees_to(addr("v2")?)),
@@ -288,7 +316,14 @@ async fn the_live_page_follows_the_run_and_its_kill_button_fails_a_provider_over
             "{key} on the page vs the chain"
         );
     }
-    assert!(money.paid_to(addr("A")?) > U256::ZERO && money.paid_to(addr("B")?) > U256::ZERO);
+    assert!(money.paid_to(addr("A")?) > U256::ZERO && money.paid_to(addr("C")?) > U256::ZERO);
+    assert!(
+        money
+            .slashed
+            .get(&addr("B")?)
+            .is_some_and(|s| *s > U256::ZERO),
+        "B slashed"
+    );
 
     // The chart holds every step each provider logged; the timeline is the run in order.
     let record_path = gpuchain_testnet::record::write_record(&net, &dir, &[])?;
@@ -329,7 +364,10 @@ async fn the_live_page_follows_the_run_and_its_kill_button_fails_a_provider_over
         pos("A killed")?,
         pos("A lost")?,
         pos("epoch 2: B assigned")?,
-        pos("B paid")?,
+        pos("B told to cheat: junk")?,
+        pos("B's checkpoint at step")?,
+        pos("epoch 3: C assigned")?,
+        pos("C paid")?,
         pos("final model accepted")?,
         pos("settled")?,
     ];

@@ -128,6 +128,8 @@
         break;
       case 'chain_assigned':
         job(v, e.job_id).epochs.set(e.epoch, { provider: e.provider, start: e.start_step });
+        // Every provider that held an epoch has a line in the money table, paid or not.
+        if (!v.money.paid.has(name(v, e.provider))) v.money.paid.set(name(v, e.provider), 0n);
         note(v, t, `epoch ${e.epoch}: ${name(v, e.provider)} assigned from step ${e.start_step} at ${usdc(big(e.price_per_step))} USDC a step`, '', e.block);
         break;
       case 'training_started':
