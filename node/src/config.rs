@@ -328,8 +328,84 @@ fn load_file(path: &Path) -> Result<FileConfig> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// TOML a hostile or careless operator could write: known keys with values at the edges
+    /// of their types, wrong types, unknown keys, and lines that are not TOML.
+    pub(crate) fn toml_lines(keys: &'static [&'static str]) -> impl Strategy<Value = String> {
+        let value = prop_oneof![
+            prop_oneof![
+                Just(0i64),
+                Just(1),
+                Just(-1),
+                Just(i64::MAX),
+                Just(i64::MIN),
+                any::<i64>()
+            ]
+            .prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|f| format!("{f:?}")),
+            "\\PC{0,24}".prop_map(|s| format!("{s:?}")),
+            any::<bool>().prop_map(|b| b.to_string()),
+            proptest::collection::vec(any::<u32>(), 0..4).prop_map(|v| format!("{v:?}")),
+            Just("\"0x0000000000000000000000000000000000000000\"".to_string()),
+            Just("\"127.0.0.1:0\"".to_string()),
+            Just("[\"client\", \"provider\", \"verifier\"]".to_string()),
+        ];
+        let key = prop_oneof![
+            proptest::sample::select(keys).prop_map(str::to_string),
+            "[a-z_]{1,12}",
+        ];
+        let line = prop_oneof![
+            8 => (key, value).prop_map(|(k, v)| format!("{k} = {v}")),
+            1 => "\\PC{0,30}",
+        ];
+        proptest::collection::vec(line, 0..8).prop_map(|l| l.join("\n"))
+    }
+
+    const CONFIG_KEYS: &[&str] = &[
+        "roles",
+        "bootstrap",
+        "listen",
+        "api",
+        "api_allow_remote",
+        "blob_bind",
+        "relay",
+        "heartbeat_period_ms",
+        "heartbeat_topics",
+        "bootstrap_timeout_secs",
+        "chain_id",
+        "escrow",
+        "rpc_url",
+        "token",
+        "price_per_step",
+        "accept_tokens",
+        "max_job_duration_secs",
+        "max_grace_secs",
+        "detector_timeout_ms",
+        "fault",
+        "test_cheat_control",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Any config file is refused with an error or read into a config; none panics.
+        #[test]
+        fn any_config_file_is_refused_or_read(text in toml_lines(CONFIG_KEYS)) {
+            let dir = tempfile::tempdir().expect("tmp");
+            let path = dir.path().join("node.toml");
+            std::fs::write(&path, &text).expect("write");
+            let mut a = args();
+            a.config = Some(path);
+            if let Ok(c) = NodeConfig::from_args(&a) {
+                // What it read keeps the rules every config must keep.
+                prop_assert!(c.detector_timeout >= Duration::from_millis(50));
+            }
+        }
+    }
 
     fn args() -> NodeArgs {
         NodeArgs {

@@ -344,7 +344,53 @@ pub async fn fetch_bytes(handle: &crate::handle::NodeHandle, hash: Hash) -> Resu
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    const JOB_KEYS: &[&str] = &["seed", "effective_batch", "min_memory_mb", "eval_examples"];
+
+    fn edge() -> impl Strategy<Value = i128> {
+        prop_oneof![
+            Just(0i128),
+            Just(1),
+            Just(7),
+            Just(-1),
+            Just(i128::from(u64::MAX)),
+            0i128..1000
+        ]
+    }
+
+    proptest! {
+        // Each accepted file packs the real data set: few cases.
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// A job file is refused with an error or builds a spec the trainer takes; whatever
+        /// numbers it holds, nothing panics on the way (a provider runs `train_spec` on
+        /// every spec it is offered).
+        #[test]
+        fn any_job_file_is_refused_or_builds_a_trainable_spec(
+            model in prop_oneof![Just("fashion-cnn"), Just("mlp"), Just("bert-lora"), Just("nope")],
+            steps in edge(),
+            interval in edge(),
+            rest in prop_oneof![
+                2 => Just(String::new()),
+                1 => crate::config::tests::toml_lines(JOB_KEYS),
+            ],
+        ) {
+            let dir = tempfile::tempdir().expect("tmp");
+            let p = write(
+                dir.path(),
+                &format!("model = {model:?}\ntotal_steps = {steps}\ncheckpoint_interval = {interval}\n{rest}"),
+            );
+            if let Ok(file) = JobFile::load(&p)
+                && let Ok((spec, _)) = file.build(&p)
+            {
+                let _ = train_spec(&spec);
+                prop_assert!(spec.total_steps > 0 && spec.checkpoint_interval > 0);
+            }
+        }
+    }
 
     fn write(dir: &Path, text: &str) -> PathBuf {
         let p = dir.join("job.toml");

@@ -7,6 +7,7 @@ mod bert;
 mod bundle;
 mod common;
 mod data;
+mod hostile;
 mod resume;
 mod state_blobs;
 mod stock_bert;
