@@ -25,8 +25,8 @@ use gpuchain_web::{Access, Dashboard, Mode};
 
 use crate::cli::Fault;
 use crate::datadir::DataDir;
-use crate::roles::ctx::CheatSwitch;
 use crate::handle::NodeHandle;
+use crate::roles::ctx::CheatSwitch;
 use crate::roles::handle::RolesHandle;
 
 /// What every handler can reach: the node, and the data dir's path rules.
@@ -297,6 +297,13 @@ async fn job_status(State(a): State<Api>, Path(id): Path<String>) -> ApiResult {
         "last_accepted_hash": s.last_accepted_hash.to_string(),
         "last_reported_step": s.last_reported_step,
         "excluded": s.excluded.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        // the providers given up on, and why ("lost" or "stalled")
+        "detections": s.detections.iter().map(|d| json!({
+            "epoch": d.epoch,
+            "provider": d.provider.to_string(),
+            "reason": d.reason.as_str(),
+            "silent_for_ms": d.silent_for.as_millis() as u64,
+        })).collect::<Vec<_>>(),
     }))
 }
 
@@ -322,10 +329,7 @@ struct CheatRequest {
 }
 
 /// TESTING ONLY: the testnet's break-it controls make this provider's next checkpoint cheat.
-async fn arm_cheat(
-    State(Api { cheat, .. }): State<Api>,
-    Json(r): Json<CheatRequest>,
-) -> ApiResult {
+async fn arm_cheat(State(Api { cheat, .. }): State<Api>, Json(r): Json<CheatRequest>) -> ApiResult {
     let Some(cheat) = cheat else {
         return Err(ApiError(
             StatusCode::FORBIDDEN,

@@ -82,7 +82,18 @@ pub struct NodeConfig {
     pub test_cheat_control: bool,
 }
 
+/// The ceiling of the client's adaptive liveness timeout (and the timeout until a provider's
+/// rhythm is known). Kept at the old fixed 750 ms: the detector adapts below it to each
+/// provider's observed heartbeat jitter, down to [`DETECTOR_FLOOR_PERIODS`] periods, so a
+/// steady provider that freezes is noticed in 0.3 s at the default 100 ms period, while one
+/// whose heartbeats jitter (a loaded host, a congested mesh) widens its own margin up to this
+/// ceiling instead of being failed over. Lowering the ceiling would bring back the false
+/// failovers a fixed short timeout caused under load.
 pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
+/// The least adaptive liveness timeout, in heartbeat periods: one lost heartbeat (2 periods)
+/// plus a whole period of margin. The protocol's 2.5 leaves half a period, which a busy
+/// node's scheduler (a verifier's evaluation on the same cores) can eat without warning.
+pub const DETECTOR_FLOOR_PERIODS: u32 = 3;
 /// 0.001 USDC.
 pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
 /// USDC's decimals: amounts on the command line are in whole tokens.
@@ -229,7 +240,9 @@ impl NodeConfig {
         let test_cheat_control =
             args.test_cheat_control || file.test_cheat_control.unwrap_or(false);
         if test_cheat_control && !roles.contains(&Role::Provider) {
-            bail!("--test-cheat-control makes a provider's checkpoints cheat; it needs --role provider");
+            bail!(
+                "--test-cheat-control makes a provider's checkpoints cheat; it needs --role provider"
+            );
         }
         Ok(Self {
             test_cheat_control,
