@@ -25,9 +25,11 @@
 //! The detector records when the step last advanced and estimates the provider's own step time
 //! (the median of its last [`STEP_WINDOW`] per-step times); the provider is *stalled* once
 //! no step has completed for `stall_factor × step time + slack` (at least `stall_floor`). Checkpoint steps (hashing and
-//! adding the blob) are slower: an advance across a checkpoint is kept out of the step-time
-//! estimate, and while a checkpoint is due within the next `stall_factor` steps the allowance
-//! is at least `checkpoint_floor` (or twice the slowest checkpoint step seen, if larger).
+//! adding the blob, then serving it to the committee) are slower: an advance across a
+//! checkpoint is kept out of the step-time estimate, and within `stall_factor` steps of a
+//! checkpoint (either side) the allowance is at least `checkpoint_floor` (or twice the
+//! slowest checkpoint step seen, if larger). The step time is the median, or the latest step
+//! time when that is slower, so a provider slowed by load stretches its own allowance.
 //! Before the first advance of an assignment (model load, checkpoint fetch) and until
 //! [`MIN_STEP_SAMPLES`] step times are known, the allowance is `first_step_floor`. Once the
 //! last step is reached nothing more is expected, so a finished provider waiting for its
@@ -135,6 +137,8 @@ struct Progress {
     last_advance: Option<Time>,
     /// Per-step times in ms of advances that crossed no checkpoint.
     step_ms: VecDeque<u64>,
+    /// The latest of them.
+    latest_ms: u64,
     /// The slowest advance across a checkpoint, in ms.
     checkpoint_ms: u64,
 }
@@ -173,6 +177,7 @@ impl FailureDetector {
             last_step: spec.start_step,
             last_advance: None,
             step_ms: VecDeque::with_capacity(STEP_WINDOW),
+            latest_ms: 0,
             checkpoint_ms: 0,
         });
         self
@@ -209,7 +214,8 @@ impl FailureDetector {
                 if p.step_ms.len() == STEP_WINDOW {
                     p.step_ms.pop_front();
                 }
-                p.step_ms.push_back(elapsed / (step - p.last_step));
+                p.latest_ms = elapsed / (step - p.last_step);
+                p.step_ms.push_back(p.latest_ms);
             }
         }
         // The first advance measures start-up, not a step: it only starts the clock.
@@ -258,13 +264,23 @@ impl FailureDetector {
         }
         let mut sorted: Vec<u64> = p.step_ms.iter().copied().collect();
         sorted.sort_unstable();
-        let step_time = Duration::from_millis(sorted[sorted.len() / 2]);
+        // The median, or the latest step time if slower: a host that slows down for a while
+        // (verifiers evaluating beside it, a throttling GPU) stretches its own allowance
+        // step by step, while a hang stops the steps and is caught at the old pace.
+        let step_time = Duration::from_millis(sorted[sorted.len() / 2].max(p.latest_ms));
         // Two periods at least: a lost heartbeat delays the sight of an advance by one.
         let slack = c.stall_slack.max(c.period * 2);
         let mut allowance = (step_time * c.stall_factor + slack).max(c.stall_floor);
+        // Around a checkpoint: before it, the provider hashes and adds the blob; just after
+        // it, it serves the blob to the client and the committee, whose evaluation may share
+        // its host.
         let interval = p.spec.checkpoint_interval.max(1);
         let next_checkpoint = p.last_step.div_ceil(interval).max(1) * interval;
-        if next_checkpoint - p.last_step <= Step::from(c.stall_factor) {
+        let since_checkpoint = p.last_step % interval;
+        let near = Step::from(c.stall_factor);
+        if next_checkpoint - p.last_step <= near
+            || (p.last_step >= interval && since_checkpoint <= near)
+        {
             let seen = Duration::from_millis(p.checkpoint_ms) * CHECKPOINT_FACTOR + slack;
             allowance = allowance.max(c.checkpoint_floor).max(seen);
         }
@@ -471,6 +487,25 @@ mod tests {
         let hung_for = now - last;
         // 3 × 600 + 500, give or take a heartbeat.
         assert!((2200..=2400).contains(&hung_for), "{hung_for}");
+    }
+
+    #[test]
+    fn a_gradual_slowdown_after_a_checkpoint_is_not_a_stall() {
+        // What the e2e run showed on a shared 2-core host: ~300 ms steps, then the verifiers'
+        // evaluation of checkpoint 10 slows steps to 0.9, 1.0, 1.9, 1.0 s.
+        let mut d = FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
+        let mut done_at: Vec<u64> = (1..=10).map(|s| 2000 + 300 * s).collect();
+        for slow in [900, 1000, 1900, 1000, 1500, 2500, 1200] {
+            done_at.push(done_at.last().unwrap() + slow);
+        }
+        let mut now = 0;
+        while now < *done_at.last().unwrap() + 100 {
+            now += 100;
+            let step = done_at.iter().take_while(|&&a| a <= now).count() as Step;
+            d.heard(ms(now));
+            d.progressed(ms(now), step);
+            assert_eq!(d.suspicion(ms(now)), None, "at {now} ms, step {step}");
+        }
     }
 
     #[test]
