@@ -523,9 +523,8 @@ mod tests {
 
     #[test]
     fn a_provider_lost_recorded_before_reasons_still_parses() {
-        let data = serde_json::json!({
-            "job_id": "1", "epoch": 2, "provider": "0xab", "silent_for_ms": 75,
-        });
+        // As the log holds it: the data field is the event's JSON as a string.
+        let data = r#"{"event":"provider_lost","job_id":"1","epoch":2,"provider":"0xab","silent_for_ms":75}"#;
         let line = serde_json::json!({
             "target": EVENT_TARGET, "event": "provider_lost", "data": data,
         });
