@@ -194,9 +194,17 @@ pub struct NodeArgs {
 
     /// Client: the longest wait for a heartbeat before declaring a provider lost (a closed
     /// connection is acted on sooner). The client adapts below it to each provider's observed
-    /// heartbeat jitter, down to 3 heartbeat periods. Default: 750.
+    /// heartbeat jitter, down to --detector-floor-ms. Default: 750.
     #[arg(long, env = "GPUCHAIN_DETECTOR_TIMEOUT_MS", value_name = "MS")]
     pub detector_timeout_ms: Option<u64>,
+
+    /// Client: the least liveness timeout the client adapts down to for a provider with a
+    /// steady heartbeat (at most --detector-timeout-ms). 300 notices a frozen provider in
+    /// 0.3 s at a 100 ms period; on an overloaded host (many nodes on two cores) heartbeat
+    /// gaps of 300-750 ms after calm stretches make that a false failover. Default: 750
+    /// (a fixed timeout, as before).
+    #[arg(long, env = "GPUCHAIN_DETECTOR_FLOOR_MS", value_name = "MS")]
+    pub detector_floor_ms: Option<u64>,
 
     /// TESTING ONLY: make this node cheat in the given way (a provider's junk, a verifier's
     /// rejects, a client's withheld pay), to see the network refuse it. Never set by default.

@@ -100,6 +100,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                 chain,
                 heartbeat_period: config.heartbeat_period,
                 detector_timeout: config.detector_timeout,
+                detector_floor: config.detector_floor,
                 price_per_step: config.price_per_step,
                 vetting,
                 fault: config.fault,

@@ -78,10 +78,8 @@ impl RoleRuntime {
                 cc.detector = DetectorConfig {
                     period: config.heartbeat_period,
                     timeout: config.detector_timeout,
-                    // See DEFAULT_DETECTOR_TIMEOUT: 3 periods (0.3 s at 10 Hz) for a steady
-                    // provider, never more than the configured timeout.
-                    floor: (config.heartbeat_period * crate::config::DETECTOR_FLOOR_PERIODS)
-                        .min(config.detector_timeout),
+                    // See DEFAULT_DETECTOR_FLOOR.
+                    floor: config.detector_floor.min(config.detector_timeout),
                     ..DetectorConfig::default()
                 };
                 cc
