@@ -297,6 +297,13 @@ async fn job_status(State(a): State<Api>, Path(id): Path<String>) -> ApiResult {
         "last_accepted_hash": s.last_accepted_hash.to_string(),
         "last_reported_step": s.last_reported_step,
         "excluded": s.excluded.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        // the providers given up on, and why ("lost" or "stalled")
+        "detections": s.detections.iter().map(|d| json!({
+            "epoch": d.epoch,
+            "provider": d.provider.to_string(),
+            "reason": d.reason.as_str(),
+            "silent_for_ms": d.silent_for.as_millis() as u64,
+        })).collect::<Vec<_>>(),
     }))
 }
 

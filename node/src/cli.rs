@@ -30,6 +30,10 @@ pub enum Role {
     Verifier,
 }
 
+/// Steps past the epoch's first checkpoint at which `--fault hang` stops training: the
+/// client has seen a whole interval of steps by then, so it knows the step time.
+pub const HANG_AFTER_CHECKPOINT: u64 = 5;
+
 /// Provider faults for tests and the demo; never on unless asked for by flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -42,6 +46,10 @@ pub enum Fault {
     Nan,
     /// Train on the batches of another seed's data order.
     WrongOrder,
+    /// A hung GPU: training stops making progress [`HANG_AFTER_CHECKPOINT`] steps after the
+    /// epoch's first checkpoint, while the process keeps heartbeating (the client should
+    /// call it stalled and fail the job over).
+    Hang,
     /// A byzantine verifier: vote reject on every checkpoint, whatever its quality test says.
     RejectAll,
     /// A hostile client: never submit the accept of a checkpoint; end the provider's epoch
@@ -53,7 +61,9 @@ impl Fault {
     /// The role a fault cheats in.
     pub fn role(self) -> Role {
         match self {
-            Fault::Junk | Fault::Stale | Fault::Nan | Fault::WrongOrder => Role::Provider,
+            Fault::Junk | Fault::Stale | Fault::Nan | Fault::WrongOrder | Fault::Hang => {
+                Role::Provider
+            }
             Fault::RejectAll => Role::Verifier,
             Fault::WithholdPay => Role::Client,
         }
@@ -182,10 +192,19 @@ pub struct NodeArgs {
     #[arg(long, env = "GPUCHAIN_MAX_GRACE_SECS", value_name = "SECS")]
     pub max_grace_secs: Option<u64>,
 
-    /// Client: declare a provider lost after this many milliseconds without a heartbeat (a
-    /// closed connection is acted on sooner). Default: 750.
+    /// Client: the longest wait for a heartbeat before declaring a provider lost (a closed
+    /// connection is acted on sooner). The client adapts below it to each provider's observed
+    /// heartbeat jitter, down to --detector-floor-ms. Default: 750.
     #[arg(long, env = "GPUCHAIN_DETECTOR_TIMEOUT_MS", value_name = "MS")]
     pub detector_timeout_ms: Option<u64>,
+
+    /// Client: the least liveness timeout the client adapts down to for a provider with a
+    /// steady heartbeat (at most --detector-timeout-ms). 300 notices a frozen provider in
+    /// 0.3 s at a 100 ms period; on an overloaded host (many nodes on two cores) heartbeat
+    /// gaps of 300-750 ms after calm stretches make that a false failover. Default: 750
+    /// (a fixed timeout, as before).
+    #[arg(long, env = "GPUCHAIN_DETECTOR_FLOOR_MS", value_name = "MS")]
+    pub detector_floor_ms: Option<u64>,
 
     /// TESTING ONLY: make this node cheat in the given way (a provider's junk, a verifier's
     /// rejects, a client's withheld pay), to see the network refuse it. Never set by default.

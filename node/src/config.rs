@@ -46,6 +46,7 @@ struct FileConfig {
     max_job_duration_secs: Option<u64>,
     max_grace_secs: Option<u64>,
     detector_timeout_ms: Option<u64>,
+    detector_floor_ms: Option<u64>,
     fault: Option<Fault>,
     test_cheat_control: Option<bool>,
 }
@@ -77,12 +78,28 @@ pub struct NodeConfig {
     pub max_job_duration_secs: u64,
     pub max_grace_secs: u64,
     pub detector_timeout: Duration,
+    /// The least adaptive liveness timeout (at most `detector_timeout`).
+    pub detector_floor: Duration,
     pub fault: Option<Fault>,
     /// The control API may make the provider's next checkpoint cheat (testnets only).
     pub test_cheat_control: bool,
 }
 
+/// The ceiling of the client's adaptive liveness timeout (and the timeout until a provider's
+/// rhythm is known). Kept at the old fixed 750 ms: the detector adapts below it to each
+/// provider's observed heartbeat jitter, down to the floor, so with `--detector-floor-ms 300`
+/// a steady provider that freezes is noticed in 0.3 s at the default 100 ms period, while one
+/// whose heartbeats jitter (a congested mesh) widens its own margin up to this ceiling instead
+/// of being failed over. Lowering the ceiling would bring back the false failovers a fixed
+/// short timeout caused under load.
 pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
+/// The least adaptive liveness timeout by default: the ceiling, i.e. a fixed timeout as
+/// before, until the adaptive one is proven on real hosts. With a floor of 300 ms (3 periods,
+/// a frozen provider noticed in 0.3 s) the killed-provider e2e test failed over honest
+/// providers on a loaded 2-core host: heartbeat gaps of 300-750 ms came after calm stretches
+/// (a provider's training starting beside four other nodes), which no window of past gaps
+/// predicts. `--detector-floor-ms 300` opts in where hosts are not that overloaded.
+pub const DEFAULT_DETECTOR_FLOOR: Duration = DEFAULT_DETECTOR_TIMEOUT;
 /// 0.001 USDC.
 pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
 /// USDC's decimals: amounts on the command line are in whole tokens.
@@ -215,6 +232,12 @@ impl NodeConfig {
             Some(ms) => Duration::from_millis(ms),
             None => DEFAULT_DETECTOR_TIMEOUT,
         };
+        let detector_floor = match args.detector_floor_ms.or(file.detector_floor_ms) {
+            Some(ms) if ms < 50 => bail!("--detector-floor-ms must be at least 50"),
+            Some(ms) => Duration::from_millis(ms),
+            None => DEFAULT_DETECTOR_FLOOR,
+        }
+        .min(detector_timeout);
         let fault = args.fault.or(file.fault);
         if let Some(f) = fault
             && !roles.contains(&f.role())
@@ -244,6 +267,7 @@ impl NodeConfig {
             max_job_duration_secs,
             max_grace_secs,
             detector_timeout,
+            detector_floor,
             fault,
             roles,
             bootstrap,

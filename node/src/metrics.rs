@@ -363,6 +363,7 @@ mod tests {
             epoch: 1,
             provider: "0xab".into(),
             silent_for_ms: 1_500,
+            reason: "lost".into(),
         });
         for accept in [true, true, false] {
             m.observe(&NodeEvent::VotePublished {

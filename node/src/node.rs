@@ -100,6 +100,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                 chain,
                 heartbeat_period: config.heartbeat_period,
                 detector_timeout: config.detector_timeout,
+                detector_floor: config.detector_floor,
                 price_per_step: config.price_per_step,
                 vetting,
                 fault: config.fault,
@@ -117,6 +118,9 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                         ),
                         crate::cli::Role::Client => format!(
                             "TESTING: this client will withhold pay ({fault:?}): it ends each epoch instead of landing its accepts"
+                        ),
+                        crate::cli::Role::Provider if fault == crate::cli::Fault::Hang => format!(
+                            "TESTING: this provider's training will hang ({fault:?}) while it heartbeats; clients should call it stalled and fail over"
                         ),
                         crate::cli::Role::Provider => format!(
                             "TESTING: this provider will cheat ({fault:?}) and should be refused and slashed"

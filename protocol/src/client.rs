@@ -30,7 +30,7 @@ use alloy_primitives::{Address, U256};
 
 use crate::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
 use crate::chain_record::ChainRecord;
-use crate::detector::{DetectorConfig, FailureDetector};
+use crate::detector::{DetectorConfig, FailureDetector, ProgressSpec, Suspicion};
 use crate::eip712::EscrowDomain;
 use crate::io::{Input, Notice, Output, Passed, StateMachine};
 use crate::messages::{Bid, CheckpointAnnounce, Heartbeat, JobOffer, Vote};
@@ -147,7 +147,22 @@ pub struct JobStatus {
     pub excluded: Vec<Address>,
     /// The drawn committee (empty while drawing).
     pub committee: Vec<Address>,
+    /// The providers this client gave up on, oldest first (the last [`MAX_DETECTIONS`]).
+    pub detections: Vec<Detection>,
 }
+
+/// One provider given up on: which epoch, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Detection {
+    pub epoch: Epoch,
+    pub provider: Address,
+    pub reason: Suspicion,
+    /// Lost: since the last heartbeat. Stalled: since the step last advanced.
+    pub silent_for: Duration,
+}
+
+/// Detections kept per job for its status: one per failed epoch, bounded all the same.
+pub const MAX_DETECTIONS: usize = 16;
 
 #[derive(Clone, Debug, Default)]
 struct Tally {
@@ -180,6 +195,7 @@ struct ClientJob {
     bids: BTreeMap<(Epoch, Address), Bid>,
     excluded: BTreeSet<Address>,
     detector: Option<FailureDetector>,
+    detections: VecDeque<Detection>,
     last_seq: Option<u64>,
     last_reported_step: Step,
     announced: BTreeSet<(Epoch, Step, Hash)>,
@@ -289,7 +305,7 @@ impl Client {
                 }
                 Phase::Drawing { .. } => c.request_draw(now, job_id),
                 Phase::Running => {
-                    job.detector = Some(FailureDetector::new(c.config.detector, now));
+                    job.detector = Some(arm(c.config.detector, now, job, job.last_reported_step));
                 }
                 Phase::Bidding { .. } | Phase::Assigning { .. } => {
                     job.phase = Phase::Bidding {
@@ -328,6 +344,7 @@ impl Client {
             last_reported_step: j.last_reported_step,
             excluded: j.excluded.iter().copied().collect(),
             committee: j.committee.clone(),
+            detections: j.detections.iter().copied().collect(),
         })
     }
 
@@ -585,6 +602,7 @@ impl Client {
                     bids: BTreeMap::new(),
                     excluded: BTreeSet::new(),
                     detector: None,
+                    detections: VecDeque::new(),
                     last_seq: None,
                     last_reported_step: 0,
                     announced: BTreeSet::new(),
@@ -638,7 +656,7 @@ impl Client {
                 job.last_accepted_hash = start_checkpoint;
                 job.last_reported_step = start_step;
                 job.phase = Phase::Running;
-                job.detector = Some(FailureDetector::new(self.config.detector, now));
+                job.detector = Some(arm(self.config.detector, now, job, start_step));
                 job.last_seq = None;
                 job.bids.retain(|(e, _), _| *e > epoch);
                 job.tallies.retain(|(e, _, _), _| *e >= epoch);
@@ -876,6 +894,7 @@ impl Client {
         job.last_reported_step = job.last_reported_step.max(hb.step);
         if let Some(d) = job.detector.as_mut() {
             d.heard(now);
+            d.progressed(now, hb.step);
         }
         Verdict::Accept
     }
@@ -1081,21 +1100,36 @@ impl StateMachine for Client {
                     let Some(d) = job.detector.as_ref() else {
                         continue;
                     };
-                    if !d.is_dead(now) {
+                    let Some(reason) = d.suspicion(now) else {
                         continue;
-                    }
-                    let silent_for = now.since(d.last_heard());
+                    };
+                    let silent_for = match reason {
+                        Suspicion::Lost => now.since(d.last_heard()),
+                        Suspicion::Stalled => now.since(d.last_progress()),
+                    };
                     let Some(provider) = job.provider else {
                         continue;
                     };
                     let epoch = job.epoch;
+                    // A stalled provider is failed over exactly as a lost one: it holds the
+                    // job and makes no progress either way.
                     job.excluded.insert(provider);
+                    if job.detections.len() == MAX_DETECTIONS {
+                        job.detections.pop_front();
+                    }
+                    job.detections.push_back(Detection {
+                        epoch,
+                        provider,
+                        reason,
+                        silent_for,
+                    });
                     self.reputation.adjust(provider, reputation::PROVIDER_LOST);
                     self.emit(Output::Notice(Notice::ProviderLost {
                         job_id,
                         epoch,
                         provider,
                         silent_for,
+                        reason,
                     }));
                     self.epoch_over(now, job_id);
                 }
@@ -1123,4 +1157,14 @@ impl StateMachine for Client {
     fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
     }
+}
+
+/// A detector for the job's running epoch, whose step is at `from_step`: it expects
+/// heartbeats and, until the last step, progress.
+fn arm(config: DetectorConfig, now: Time, job: &ClientJob, from_step: Step) -> FailureDetector {
+    FailureDetector::new(config, now).watching_progress(ProgressSpec {
+        start_step: from_step,
+        checkpoint_interval: job.interval,
+        end_step: job.total_steps,
+    })
 }

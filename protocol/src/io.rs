@@ -160,11 +160,14 @@ pub enum Notice {
         provider: Address,
         price_per_step: U256,
     },
+    /// The client gave the provider up and fails the job over.
     ProviderLost {
         job_id: JobId,
         epoch: Epoch,
         provider: Address,
+        /// Lost: since the last heartbeat. Stalled: since the step last advanced.
         silent_for: Duration,
+        reason: crate::detector::Suspicion,
     },
     NoUsableBids {
         job_id: JobId,

@@ -13,6 +13,7 @@ use std::time::Duration;
 use common::*;
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
 use gpuchain_protocol::client::{DRAW_RETRY_AFTER, JobParams, Phase, REJECT_FULL_WAIT};
+use gpuchain_protocol::detector::Suspicion;
 use gpuchain_protocol::faults::{ClientFault, FaultyClient};
 use gpuchain_protocol::signing::Scheme;
 use gpuchain_protocol::signing::SigningKey;
@@ -326,6 +327,59 @@ fn dead_provider_is_detected_within_300ms_and_replaced_from_standby_bids() {
         c.handle_message(wake, &bid(&k.a, 3, 1, 8)),
         Verdict::Ignore(IgnoreReason::ProviderExcluded)
     );
+}
+
+#[test]
+fn a_stalled_provider_is_failed_over_with_reason_stalled() {
+    let k = keys();
+    let mut c = running(&k);
+    // A heartbeats every 100 ms and completes a step every 1 s (10 heartbeats), steps 1 to 20
+    // (the checkpoint at 50 is far off)...
+    let mut seq = 0;
+    let mut now = 700;
+    let mut step = 0;
+    while step < 20 {
+        seq += 1;
+        if seq % 10 == 0 {
+            step += 1;
+        }
+        c.handle_message(t(now), &heartbeat(&k.a, 1, seq, step));
+        c.handle_timeout(t(now));
+        now += 100;
+    }
+    let last_advance = now - 100;
+    assert!(
+        notices(&drain(&mut c)).is_empty(),
+        "no suspicion while progressing"
+    );
+    // ...then its GPU hangs: heartbeats go on, the step stays at 20.
+    let mut stalled = None;
+    while stalled.is_none() && now < last_advance + 20_000 {
+        seq += 1;
+        c.handle_message(t(now), &heartbeat(&k.a, 1, seq, step));
+        let wake = c.poll_timeout().unwrap();
+        if wake <= t(now + 100) {
+            c.handle_timeout(wake);
+            stalled = notices(&drain(&mut c)).into_iter().find_map(|n| match n {
+                Notice::ProviderLost {
+                    provider, reason, ..
+                } => Some((provider, reason, wake)),
+                _ => None,
+            });
+        }
+        now += 100;
+    }
+    let (provider, reason, at) = stalled.expect("a hung provider is noticed");
+    assert_eq!(provider, k.a.address());
+    assert_eq!(reason, Suspicion::Stalled);
+    // 3 × 1 s + 500 ms of slack after the last step was seen.
+    assert_eq!(at, t(last_advance + 3500));
+    let s = c.job_status(job()).unwrap();
+    assert!(s.excluded.contains(&k.a.address()));
+    assert_eq!(s.detections.len(), 1);
+    assert_eq!(s.detections[0].reason, Suspicion::Stalled);
+    assert_eq!(s.detections[0].epoch, 1);
+    assert_eq!(s.detections[0].silent_for, Duration::from_millis(3500));
 }
 
 #[test]

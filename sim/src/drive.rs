@@ -431,9 +431,13 @@ impl Driver {
 
     /// The roles `node` plays, configured as the node would configure them.
     fn configs(&mut self, w: &World, node: NodeId) -> RoleConfigs {
+        let period = std::time::Duration::from_millis(w.cfg.protocol.heartbeat_ms);
+        let timeout = std::time::Duration::from_millis(w.cfg.protocol.heartbeat_timeout_ms);
         let detector = gp::detector::DetectorConfig {
-            period: std::time::Duration::from_millis(w.cfg.protocol.heartbeat_ms),
-            timeout: std::time::Duration::from_millis(w.cfg.protocol.heartbeat_timeout_ms),
+            period,
+            timeout,
+            // The protocol's floor, 2.5 periods, for whatever period the preset has.
+            floor: (period * 5 / 2).min(timeout),
             ..Default::default()
         };
         if let Some(p) = w.provider_index(node) {

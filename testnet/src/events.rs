@@ -158,6 +158,7 @@ mod tests {
             epoch: 2,
             provider: "0xab".into(),
             silent_for_ms: 70,
+            reason: "lost".into(),
         };
         let l = Logged::from_line(&line(&lost, Some("1970-01-01T00:00:02Z"))).expect("event");
         assert_eq!(l.event, lost);

@@ -592,6 +592,96 @@ async fn killed_provider_is_replaced_and_resumed_from_the_last_accepted_checkpoi
     Ok(())
 }
 
+/// A hung GPU: the provider's process keeps heartbeating but its training stops after step 15
+/// (`--fault hang`). The client notices it as stalled (not lost), from the provider's own
+/// step rate, and fails the job over to the next provider, which completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hung_provider_is_noticed_as_stalled_and_replaced() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let s = setup(
+        "hang",
+        &[p("p1", 1_000, Some("hang")), p("p2", 2_000, None)],
+    )
+    .await?;
+    let id = submit(&s, 5_000).await?;
+    let hung = s
+        .net
+        .wait_event(
+            "p1",
+            event_is!(FaultEnabled { fault } if fault.contains("training stops")),
+            JOB_TIMEOUT,
+        )
+        .await
+        .with_context(|| logs_tail(&s))?;
+    let stalled = s
+        .net
+        .wait_event(
+            "client",
+            event_is!(ProviderLost { reason, .. } if reason == "stalled"),
+            Duration::from_secs(60),
+        )
+        .await
+        .with_context(|| logs_tail(&s))?;
+    let NodeEvent::ProviderLost {
+        epoch,
+        provider,
+        silent_for_ms,
+        ..
+    } = &stalled.event
+    else {
+        bail!("not a provider_lost: {stalled:?}");
+    };
+    let detect = stalled.at.duration_since(hung.at).unwrap_or_default();
+    println!(
+        "hang: noticed as stalled {} ms after training hung ({silent_for_ms} ms after the \
+         last step advance the client saw)",
+        detect.as_millis()
+    );
+    ensure!(*epoch == 1, "epoch {epoch}");
+    ensure!(
+        provider.parse::<Address>().ok() == Some(addr(&s, "p1")?),
+        "stalled: {provider}"
+    );
+    ensure!(
+        detect < Duration::from_secs(10),
+        "detection took {detect:?}"
+    );
+
+    wait_completed(&s, id).await?;
+    let (start, provider) = s
+        .net
+        .wait_for("client", epoch_2_assigned, Duration::from_secs(1))
+        .await?;
+    ensure!(start % INTERVAL == 0 && start <= 10, "resumed from {start}");
+    ensure!(
+        provider.parse::<Address>().ok() == Some(addr(&s, "p2")?),
+        "epoch 2 went to {provider}"
+    );
+    // A heartbeating provider is never called lost: the only detection is the stall.
+    let detections: Vec<String> = s
+        .net
+        .node("client")?
+        .events()?
+        .into_iter()
+        .filter_map(|e| match e.event {
+            NodeEvent::ProviderLost { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    ensure!(detections == ["stalled"], "detections: {detections:?}");
+    // The client's status says who was given up on, and why.
+    let view = client_view(&s, id).await?;
+    let d = &view["detections"];
+    ensure!(
+        d.as_array().map(Vec::len) == Some(1)
+            && d[0]["reason"] == "stalled"
+            && d[0]["epoch"] == 1
+            && d[0]["provider"] == addr(&s, "p1")?.to_string(),
+        "{view}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn junk_is_refused_by_both_verifiers_slashed_unpaid_and_replaced() -> Result<()> {
     let _serial = SERIAL.lock().await;

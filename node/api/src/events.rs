@@ -222,11 +222,17 @@ pub enum NodeEvent {
         provider: String,
         price_per_step: String,
     },
+    /// The client gave a provider up and fails the job over.
     ProviderLost {
         job_id: String,
         epoch: u64,
         provider: String,
+        /// Lost: since the last heartbeat. Stalled: since the step last advanced.
         silent_for_ms: u64,
+        /// `"lost"` (no heartbeat) or `"stalled"` (heartbeats, but no step completed); empty
+        /// in records written before stalls were detected, which were all losses.
+        #[serde(default)]
+        reason: String,
     },
     NoUsableBids {
         job_id: String,
@@ -471,6 +477,7 @@ mod tests {
                 epoch: 2,
                 provider: "0xab".into(),
                 silent_for_ms: 75,
+                reason: "stalled".into(),
             },
             NodeEvent::Signal,
             NodeEvent::SpotCheck {
@@ -512,6 +519,19 @@ mod tests {
             let other = serde_json::json!({ "target": "x", "data": data });
             assert_eq!(NodeEvent::from_line(&other), None);
         }
+    }
+
+    #[test]
+    fn a_provider_lost_recorded_before_reasons_still_parses() {
+        // As the log holds it: the data field is the event's JSON as a string.
+        let data = r#"{"event":"provider_lost","job_id":"1","epoch":2,"provider":"0xab","silent_for_ms":75}"#;
+        let line = serde_json::json!({
+            "target": EVENT_TARGET, "event": "provider_lost", "data": data,
+        });
+        let Some(NodeEvent::ProviderLost { reason, .. }) = NodeEvent::from_line(&line) else {
+            panic!("an old provider_lost record must parse");
+        };
+        assert_eq!(reason, "");
     }
 
     #[test]

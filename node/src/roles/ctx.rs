@@ -84,6 +84,8 @@ pub struct RolesConfig {
     pub chain: ChainClient,
     pub heartbeat_period: Duration,
     pub detector_timeout: Duration,
+    /// The least adaptive liveness timeout (at most `detector_timeout`).
+    pub detector_floor: Duration,
     pub price_per_step: U256,
     /// What the provider requires of a job before it bids.
     pub vetting: gpuchain_protocol::provider::Vetting,

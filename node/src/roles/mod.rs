@@ -78,6 +78,8 @@ impl RoleRuntime {
                 cc.detector = DetectorConfig {
                     period: config.heartbeat_period,
                     timeout: config.detector_timeout,
+                    // See DEFAULT_DETECTOR_FLOOR.
+                    floor: config.detector_floor.min(config.detector_timeout),
                     ..DetectorConfig::default()
                 };
                 cc

@@ -1,6 +1,7 @@
 //! The run record's side of the role runtime: each message the machines publish, each notice
 //! they raise and each escrow event they see, written as the node's typed event.
 
+use gpuchain_protocol::detector::Suspicion;
 use gpuchain_protocol::{ChainEvent, Message, Notice};
 
 use crate::events::NodeEvent;
@@ -67,14 +68,19 @@ pub fn notice(n: &Notice) {
             epoch,
             provider,
             silent_for,
+            reason,
         } => crate::events::emit(
             NodeEvent::ProviderLost {
                 job_id: job_id.to_string(),
                 epoch: *epoch,
                 provider: provider.to_string(),
                 silent_for_ms: silent_for.as_millis() as u64,
+                reason: reason.as_str().to_string(),
             },
-            "provider lost",
+            match reason {
+                Suspicion::Lost => "provider lost",
+                Suspicion::Stalled => "provider stalled: heartbeating but making no progress",
+            },
         ),
         Notice::NoUsableBids { job_id, epoch } => crate::events::emit(
             NodeEvent::NoUsableBids {

@@ -160,8 +160,13 @@ fn train_loop(
     };
     let blobs = ctx.handle.blobs().clone();
     let mut first = true;
+    let mut hang_at = None;
     while trainer.step_count() < s.until_step {
         if cancel.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if hang_at == Some(trainer.step_count()) {
+            hang(s, trainer.step_count(), cancel);
             return Ok(());
         }
         let report = trainer.step()?;
@@ -206,7 +211,8 @@ fn train_loop(
                 Some(parent) => cheat::stale(&job, parent, report.step)?,
                 None => honest,
             },
-            Some(Fault::WrongOrder | Fault::RejectAll | Fault::WithholdPay) | None => honest,
+            Some(Fault::WrongOrder | Fault::Hang | Fault::RejectAll | Fault::WithholdPay)
+            | None => honest,
         };
         let state_hashes: Vec<Hash> = trainer
             .interval_hashes()
@@ -234,6 +240,9 @@ fn train_loop(
             state_hashes,
         }));
         trainer.start_interval(Some(checkpoint_hash.0))?;
+        if s.fault == Some(Fault::Hang) && hang_at.is_none() {
+            hang_at = Some(step + crate::cli::HANG_AFTER_CHECKPOINT);
+        }
         if keep_start {
             interval_start = Some(bytes);
         }
@@ -251,4 +260,21 @@ fn train_loop(
         "training reached the job's last step",
     );
     Ok(())
+}
+
+/// `--fault hang`: the training thread stops making progress at `step` (a hung GPU) until
+/// the epoch is cancelled; the roles runtime keeps heartbeating meanwhile.
+fn hang(s: &Start, step: Step, cancel: &AtomicBool) {
+    crate::events::emit(
+        NodeEvent::FaultEnabled {
+            fault: format!(
+                "Hang (job {} epoch {}: training stops after step {step}, heartbeats go on)",
+                s.job_id, s.epoch
+            ),
+        },
+        "TESTING: training hangs here while the node keeps heartbeating",
+    );
+    while !cancel.load(Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
