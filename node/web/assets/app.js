@@ -155,7 +155,10 @@
         const who = name(v, e.provider);
         const h = [...v.harm].reverse().find((x) => x.node === who && x.t <= t);
         const how = h ? `${((t - h.t) / 1000).toFixed(0)} ms after ${h.what}` : `silent for ${e.silent_for_ms} ms`;
-        note(v, t, `${who} lost: noticed by the client's heartbeat detector, ${how}`, 'bad');
+        // A stalled provider still heartbeats, but its step stopped moving.
+        note(v, t, e.reason === 'stalled'
+          ? `${who} stalled: heartbeating but no step for ${e.silent_for_ms} ms, noticed by the client's progress check`
+          : `${who} lost: noticed by the client's heartbeat detector, ${how}`, 'bad');
         if (!v.notice) v.notice = h ? { us: t - h.t, who, what: h.what } : { us: e.silent_for_ms * 1000, who, what: 'went silent' };
         // Without a record of what happened to it, it went down when it went silent.
         if (!h) v.harm.push({ t: t - e.silent_for_ms * 1000, node: who, what: 'went silent' });
