@@ -16,12 +16,7 @@ use gpuchain_testnet::{NodeEvent, binary};
 use serde_json::{Value, json};
 
 fn run_dir(tag: &str) -> Result<PathBuf> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-{tag}"));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+    gpuchain_e2e::run_dir(env!("CARGO_TARGET_TMPDIR"), tag)
 }
 
 /// The recorded run the product page replays.

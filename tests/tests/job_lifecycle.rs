@@ -5,7 +5,7 @@
 //! they observe).
 //! Long because the four scenarios share one harness of chain reads and waits, kept here.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -71,12 +71,7 @@ struct Setup {
 }
 
 fn run_dir(tag: &str) -> Result<PathBuf> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-{tag}"));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+    gpuchain_e2e::run_dir(env!("CARGO_TARGET_TMPDIR"), tag)
 }
 
 async fn setup(tag: &str, providers: &[Provider]) -> Result<Setup> {

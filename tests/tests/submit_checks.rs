@@ -20,12 +20,7 @@ eval_examples = 200
 "#;
 
 fn run_dir(tag: &str) -> Result<PathBuf> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-{tag}"));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+    gpuchain_e2e::run_dir(env!("CARGO_TARGET_TMPDIR"), tag)
 }
 
 /// anvil, a client and two verifiers staked in the escrow's pool.
