@@ -275,6 +275,37 @@ pub enum ChainTx {
     },
 }
 
+impl ChainTx {
+    /// A committee's decision on a checkpoint: `acceptCheckpoint` when `accept`, else
+    /// `rejectCheckpoint`, with the same fields either way.
+    pub fn decision(
+        accept: bool,
+        job_id: JobId,
+        epoch: Epoch,
+        step: Step,
+        checkpoint_hash: Hash,
+        sigs: Vec<Sig65>,
+    ) -> ChainTx {
+        if accept {
+            ChainTx::AcceptCheckpoint {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                sigs,
+            }
+        } else {
+            ChainTx::RejectCheckpoint {
+                job_id,
+                epoch,
+                step,
+                checkpoint_hash,
+                sigs,
+            }
+        }
+    }
+}
+
 /// Correlates a submitted transaction with a later [`crate::Input::TxFailed`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TxId(pub u64);

@@ -797,23 +797,7 @@ impl Client {
             return;
         };
         job.submitted.insert((epoch, step));
-        let tx = if accept {
-            ChainTx::AcceptCheckpoint {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash,
-                sigs,
-            }
-        } else {
-            ChainTx::RejectCheckpoint {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash,
-                sigs,
-            }
-        };
+        let tx = ChainTx::decision(accept, job_id, epoch, step, checkpoint_hash, sigs);
         self.emit(Output::Notice(Notice::QuorumReached {
             job_id,
             epoch,

@@ -221,23 +221,7 @@ impl F {
         now: u64,
     ) -> Result<Vec<Event>, EscrowError> {
         let job_id = U256::from(1);
-        let tx = if accept {
-            ChainTx::AcceptCheckpoint {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash: H,
-                sigs,
-            }
-        } else {
-            ChainTx::RejectCheckpoint {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash: H,
-                sigs,
-            }
-        };
+        let tx = ChainTx::decision(accept, job_id, epoch, step, H, sigs);
         let anyone = Address::repeat_byte(0x98);
         self.call(tx.into(), anyone, now)
     }

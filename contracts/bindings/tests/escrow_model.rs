@@ -2591,23 +2591,7 @@ impl Generator<'_> {
         };
         let chosen = self.signers(&committee, quorum);
         let sigs = self.votes(m, &fields, chosen, &committee, &parties);
-        let tx = if accept {
-            ChainTx::AcceptCheckpoint {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash,
-                sigs,
-            }
-        } else {
-            ChainTx::RejectCheckpoint {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash,
-                sigs,
-            }
-        };
+        let tx = ChainTx::decision(accept, job_id, epoch, step, checkpoint_hash, sigs);
         (actor, tx.into())
     }
 
@@ -2665,23 +2649,7 @@ impl Generator<'_> {
         };
         let chosen = self.signers(&j.committee, usize::from(j.quorum));
         let sigs = self.votes(m, &fields, chosen, &j.committee, &[j.client, c.provider]);
-        let tx = if accept {
-            ChainTx::AcceptCheckpoint {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash,
-                sigs,
-            }
-        } else {
-            ChainTx::RejectCheckpoint {
-                job_id,
-                epoch,
-                step,
-                checkpoint_hash,
-                sigs,
-            }
-        };
+        let tx = ChainTx::decision(accept, job_id, epoch, step, checkpoint_hash, sigs);
         let actor = self.actor();
         self.one(advance, actor, tx.into())
     }
