@@ -29,16 +29,7 @@ fn client(k: &Keys) -> Client {
 }
 
 fn params() -> JobParams {
-    JobParams {
-        token: gpuchain_protocol::Address::repeat_byte(0x5d),
-        budget: U256::from(5_000_000u64),
-        max_price_per_step: U256::from(MAX_PRICE),
-        committee_size: 2,
-        quorum: 2,
-        verifier_fee: U256::from(VERIFIER_FEE),
-        deadline: BLOCK_TIME + 3600,
-        grace: 600,
-    }
+    job_params(5_000_000)
 }
 
 /// A client whose job exists on chain with its committee drawn, its first offer drained.

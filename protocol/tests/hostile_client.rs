@@ -15,46 +15,24 @@ use common::world::World;
 use common::*;
 use gpuchain_protocol::chain::{ChainEvent, ChainTx, EpochEndReason};
 use gpuchain_protocol::chain_record::ChainRecord;
-use gpuchain_protocol::client::JobParams;
 use gpuchain_protocol::escrow::Status;
 use gpuchain_protocol::faults::{ClientFault, FaultyClient};
-use gpuchain_protocol::signing::SigningKey;
 use gpuchain_protocol::{
-    Address, Client, ClientConfig, Notice, Provider, ProviderConfig, StateMachine, U256, Verifier,
-    VerifierConfig,
+    Address, Client, ClientConfig, Notice, StateMachine, U256, Verifier, VerifierConfig,
 };
 
 const CLIENT: usize = 0;
 const BUDGET: u64 = 5_000_000;
 
-fn provider(key: &SigningKey, price: u64) -> Box<dyn StateMachine> {
-    Box::new(Provider::new(
-        ProviderConfig::new(domain(), gpu(8), U256::from(price)),
-        key.clone(),
-    ))
-}
-
 #[test]
 fn a_client_that_withholds_pay_still_pays_every_accepted_step() {
     let k = keys();
     let mut client = Client::new(ClientConfig::new(domain()), k.client.clone());
-    client.create_job(
-        spec(),
-        JobParams {
-            token: TOKEN,
-            budget: U256::from(BUDGET),
-            max_price_per_step: U256::from(MAX_PRICE),
-            committee_size: 2,
-            quorum: 2,
-            verifier_fee: U256::from(VERIFIER_FEE),
-            deadline: BLOCK_TIME + 3600,
-            grace: 600,
-        },
-    );
+    client.create_job(spec(), job_params(BUDGET));
     let nodes: Vec<Box<dyn StateMachine>> = vec![
         Box::new(FaultyClient::new(client, ClientFault::WithholdPay)),
-        provider(&k.a, 1000),
-        provider(&k.b, 3000),
+        provider_machine(&k.a, 1000),
+        provider_machine(&k.b, 3000),
         Box::new(Verifier::new(
             VerifierConfig::new(domain(), 1),
             k.v1.clone(),

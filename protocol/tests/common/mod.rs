@@ -118,6 +118,28 @@ pub fn escrow(k: &Keys) -> Escrow {
     e
 }
 
+/// The demo job's terms: a committee of 2, both needed, an hour to run.
+pub fn job_params(budget: u64) -> gpuchain_protocol::client::JobParams {
+    gpuchain_protocol::client::JobParams {
+        token: TOKEN,
+        budget: U256::from(budget),
+        max_price_per_step: U256::from(MAX_PRICE),
+        committee_size: 2,
+        quorum: 2,
+        verifier_fee: U256::from(VERIFIER_FEE),
+        deadline: BLOCK_TIME + 3600,
+        grace: 600,
+    }
+}
+
+/// An honest provider machine with an 8 GiB GPU, bidding `price` a step.
+pub fn provider_machine(key: &SigningKey, price: u64) -> Box<dyn StateMachine> {
+    Box::new(gpuchain_protocol::provider::Provider::new(
+        gpuchain_protocol::provider::ProviderConfig::new(domain(), gpu(8), U256::from(price)),
+        key.clone(),
+    ))
+}
+
 pub fn gpu(memory_gib: u64) -> Hardware {
     Hardware {
         device: DeviceKind::Cuda,
