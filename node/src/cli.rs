@@ -199,10 +199,9 @@ pub struct NodeArgs {
     pub detector_timeout_ms: Option<u64>,
 
     /// Client: the least liveness timeout the client adapts down to for a provider with a
-    /// steady heartbeat (at most --detector-timeout-ms). 300 notices a frozen provider in
-    /// 0.3 s at a 100 ms period; on an overloaded host (many nodes on two cores) heartbeat
-    /// gaps of 300-750 ms after calm stretches make that a false failover. Default: 750
-    /// (a fixed timeout, as before).
+    /// steady heartbeat (at most --detector-timeout-ms). The default, 300, notices a frozen
+    /// provider in 0.3 s at a 100 ms period; raise it (up to the timeout, a fixed timeout)
+    /// where hosts stall whole processes for longer than that.
     #[arg(long, env = "GPUCHAIN_DETECTOR_FLOOR_MS", value_name = "MS")]
     pub detector_floor_ms: Option<u64>,
 
@@ -212,8 +211,8 @@ pub struct NodeArgs {
     pub fault: Option<Fault>,
 
     /// TESTING ONLY, for a local testnet's break-it controls: let the control API (with its
-    /// token) make this provider's next checkpoint cheat (`POST /v1/test/cheat`). Off by
-    /// default; a node without it refuses the request.
+    /// token) make this provider's next checkpoint cheat, or its training hang from the next
+    /// step (`POST /v1/test/cheat`). Off by default; a node without it refuses the request.
     #[arg(long, env = "GPUCHAIN_TEST_CHEAT_CONTROL")]
     pub test_cheat_control: bool,
 

@@ -5,6 +5,7 @@ pub mod behaviour;
 pub mod blobs;
 pub mod cli;
 pub mod commands;
+pub mod compute;
 pub mod config;
 pub mod datadir;
 pub mod event_loop;

@@ -23,6 +23,8 @@ use std::sync::Arc;
 pub use crate::datadir::{API_ADDR_FILE, BLOB_DIR, LOCK_FILE};
 
 pub async fn run(config: NodeConfig) -> Result<()> {
+    // Before any kernel runs, so candle's threads yield to the network's.
+    crate::compute::init();
     // A client serves the dashboard of its jobs: keep its events from the first one on.
     if config.roles.contains(&crate::cli::Role::Client) && config.api.is_some() {
         crate::events::keep_for_dashboard();

@@ -5,7 +5,6 @@
 //! of the record show the same run.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Seek, SeekFrom};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,7 +20,7 @@ use gpuchain_web::{
 };
 use serde_json::{Value, json};
 
-use crate::events::{Logged, NodeEvent, unix_micros};
+use crate::events::{LogTail, Logged, NodeEvent, unix_micros};
 use crate::node::NodeProc;
 use crate::process::{self, Signal};
 use crate::record::{HARNESS, HarnessEvent, RecordLine, Recorded};
@@ -35,9 +34,7 @@ const STATUS_EVERY: Duration = Duration::from_secs(2);
 
 /// A node as the board knows it: where its log is, how to reach it.
 struct Watched {
-    log: PathBuf,
-    /// Bytes of the log already read.
-    offset: u64,
+    log: LogTail,
     pid: u32,
     roles: Vec<String>,
     api: ApiClient,
@@ -87,12 +84,14 @@ impl Board {
     /// was left, so nothing is shown twice.
     pub fn watch(&self, node: &NodeProc) {
         let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        let offset = nodes.get(node.name()).map_or(0, |w| w.offset);
+        let log = nodes.get(node.name()).map_or_else(
+            || LogTail::new(node.log_path()),
+            |w| w.log.moved_to(node.log_path()),
+        );
         nodes.insert(
             node.name().to_string(),
             Watched {
-                log: node.log_path().to_path_buf(),
-                offset,
+                log,
                 pid: node.pid(),
                 roles: node.spec().roles.clone(),
                 api: node.api().clone(),
@@ -138,30 +137,7 @@ impl Board {
         let mut batch: Vec<(String, Logged)> = Vec::new();
         let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
         for (name, w) in nodes.iter_mut() {
-            let Ok(mut f) = std::fs::File::open(&w.log) else {
-                continue;
-            };
-            if f.seek(SeekFrom::Start(w.offset)).is_err() {
-                continue;
-            }
-            let mut buf = Vec::new();
-            if f.read_to_end(&mut buf).is_err() {
-                continue;
-            }
-            // Only whole lines: the rest is read again next time.
-            let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
-                continue;
-            };
-            w.offset += end as u64 + 1;
-            for raw in buf[..end].split(|b| *b == b'\n') {
-                let Ok(v) = serde_json::from_slice::<Value>(raw) else {
-                    continue;
-                };
-                let Some(logged) = Logged::from_line(&v) else {
-                    continue;
-                };
-                batch.push((name.clone(), logged));
-            }
+            batch.extend(w.log.read_new().into_iter().map(|l| (name.clone(), l)));
         }
         drop(nodes);
         batch.sort_by_key(|(_, l)| l.at);
@@ -259,6 +235,7 @@ impl Controls for Board {
                             BreakAction::CheatJunk,
                             BreakAction::CheatStale,
                             BreakAction::CheatNan,
+                            BreakAction::Hang,
                         ]);
                     }
                     if verifier {
@@ -302,6 +279,15 @@ impl Controls for Board {
                 BreakAction::Freeze => (signal(pid, Signal::Stop, "frozen (SIGSTOP)")?, "frozen"),
                 BreakAction::Thaw => (signal(pid, Signal::Cont, "thawed (SIGCONT)")?, "running"),
                 BreakAction::Stop => (signal(pid, Signal::Term, "stopped (SIGTERM)")?, "stopped"),
+                BreakAction::Hang => {
+                    api.post::<_, Value>("/v1/test/cheat", &json!({ "fault": "hang" }))
+                        .await
+                        .map_err(|e| format!("{e}"))?;
+                    (
+                        "its training stops at the next step; heartbeats go on".to_string(),
+                        "running",
+                    )
+                }
                 BreakAction::CheatJunk | BreakAction::CheatStale | BreakAction::CheatNan => {
                     let fault = match req.action {
                         BreakAction::CheatJunk => "junk",

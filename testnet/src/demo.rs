@@ -173,6 +173,7 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
     let job_path = format!("/v1/jobs/{job_num}");
 
     // Kill A once it has trained past step 158 (mid-interval, 150 accepted).
+    let chain = net.chain()?.deployer().clone();
     let mut last_print = Instant::now();
     let mut killed: Option<(SystemTime, u64, u64)> = None;
     poll_until("A to reach step 158", JOB_TIMEOUT, async || {
@@ -185,18 +186,30 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
                 "A training: step {reported}/{TOTAL_STEPS}, {accepted} accepted"
             ));
         }
-        if reported >= KILL_AT_STEP {
-            if reported >= KILL_AT_STEP + INTERVAL / 2 || accepted < KILL_AT_STEP / INTERVAL * INTERVAL {
-                bail!("A ran past the kill point before it could be killed (step {reported}, accepted {accepted})");
-            }
+        // The job left A (or A ran past the point): a failure to report, not a "not yet"
+        // to poll on until the timeout.
+        let v = chain.job(job_num).await?;
+        if reported >= KILL_AT_STEP || v.epoch > 1 {
             killed = Some((SystemTime::now(), reported, accepted));
             return Ok(true);
         }
         Ok(false)
     })
     .await?;
-    let kill_time = net.kill9("A")?;
     let (_, reported, accepted) = killed.context("kill point")?;
+    let epoch = chain.job(job_num).await?.epoch;
+    if epoch > 1 {
+        bail!(
+            "the job left A before the kill point (epoch {epoch} at step {reported}); the client's log \
+             says why (provider_lost: a host too loaded to keep A's heartbeats on time?)"
+        );
+    }
+    if reported >= KILL_AT_STEP + INTERVAL / 2 || accepted < KILL_AT_STEP / INTERVAL * INTERVAL {
+        bail!(
+            "A ran past the kill point before it could be killed (step {reported}, accepted {accepted})"
+        );
+    }
+    let kill_time = net.kill9("A")?;
     if let Some(board) = net.board() {
         board.harness_at(
             crate::record::HarnessEvent::ScenarioFault {
@@ -212,7 +225,6 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
         "kill -9 of provider A at step {reported} ({accepted} accepted)"
     ));
 
-    let chain = net.chain()?.deployer().clone();
     let mut last_print = Instant::now();
     poll_until("the job to complete", JOB_TIMEOUT, async || {
         let v = chain.job(job_num).await?;

@@ -28,7 +28,7 @@ mod testnet;
 mod wait;
 
 pub use chain::{Chain, ChainOpts, ETH, USDC, VERIFIER_STAKE};
-pub use events::{Logged, NodeEvent, after, line_time, node_event, read_events, read_log};
+pub use events::{LogTail, Logged, NodeEvent, after, line_time, node_event, read_events, read_log};
 pub use node::{API_TIMEOUT, Bootstrap, NodeProc, NodeSpec};
 pub use process::{Signal, pid_alive, signal};
 pub use testnet::{JobSubmission, PASSWORD, STOP_GRACE, Testnet, binary};

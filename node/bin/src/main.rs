@@ -54,7 +54,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    gpuchain_node::logging::init(cli.log_format);
+    let _log = gpuchain_node::logging::init(cli.log_format);
     match cli.command {
         Command::Node(args) => run_node(&args),
         Command::Job(cmd) => report("job", gpuchain_node::commands::run_job(cmd)),

@@ -96,32 +96,39 @@ pub struct RolesConfig {
     pub verifier_seed: u64,
 }
 
-/// TESTING ONLY: a cheat that a local testnet's break-it controls arm for one checkpoint.
-/// The provider's next checkpoint is made this way, then it is honest again.
+/// TESTING ONLY: a fault that a local testnet's break-it controls (and the detection bench)
+/// arm on a running provider: a cheat for its next checkpoint, after which it is honest
+/// again, or a hang of its training from the next step on.
 #[derive(Debug, Default)]
 pub struct CheatSwitch(std::sync::Mutex<Option<Fault>>);
 
 impl CheatSwitch {
-    /// Arms `fault` for the next checkpoint; only the checkpoint cheats can be armed.
+    /// Arms `fault`: junk, stale or nan for the next checkpoint, or hang for the next step.
     pub fn arm(&self, fault: Fault) -> anyhow::Result<()> {
-        if !matches!(fault, Fault::Junk | Fault::Stale | Fault::Nan) {
+        if !matches!(fault, Fault::Junk | Fault::Stale | Fault::Nan | Fault::Hang) {
             anyhow::bail!(
-                "only junk, stale and nan can be armed for one checkpoint, not {fault:?}"
+                "only junk, stale and nan (one checkpoint) or hang (from the next step) can be armed, not {fault:?}"
             );
         }
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fault);
+        *self.slot() = Some(fault);
         Ok(())
     }
 
-    /// The armed cheat, disarming it.
-    pub fn take(&self) -> Option<Fault> {
+    /// The armed checkpoint cheat, disarming it.
+    pub fn take_checkpoint_cheat(&self) -> Option<Fault> {
+        self.slot().take_if(|f| *f != Fault::Hang)
+    }
+
+    /// Whether a hang is armed, disarming it.
+    pub fn take_hang(&self) -> bool {
+        self.slot().take_if(|f| *f == Fault::Hang).is_some()
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Fault>> {
+        // Nothing can be left half-written under this lock.
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
     }
 }
 

@@ -118,9 +118,10 @@ async fn run(ctx: Ctx, start: Start, cancel: Arc<AtomicBool>) -> Result<()> {
         "training started",
     );
     let rt = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || train_loop(&rt, &ctx, &start, &spec, job, resume, &cancel))
-        .await
-        .map_err(|e| anyhow!("the training thread died: {e}"))?
+    crate::compute::run("training", move || {
+        train_loop(&rt, &ctx, &start, &spec, job, resume, &cancel)
+    })
+    .await?
 }
 
 fn train_loop(
@@ -165,7 +166,9 @@ fn train_loop(
         if cancel.load(Ordering::Relaxed) {
             return Ok(());
         }
-        if hang_at == Some(trainer.step_count()) {
+        if hang_at == Some(trainer.step_count())
+            || ctx.cheat.as_ref().is_some_and(|c| c.take_hang())
+        {
             hang(s, trainer.step_count(), cancel);
             return Ok(());
         }
@@ -195,7 +198,7 @@ fn train_loop(
             return Ok(());
         }
         let honest = trainer.checkpoint()?.to_bytes()?;
-        let armed = ctx.cheat.as_ref().and_then(|c| c.take());
+        let armed = ctx.cheat.as_ref().and_then(|c| c.take_checkpoint_cheat());
         if let Some(f) = armed {
             crate::events::emit(
                 NodeEvent::FaultEnabled {
@@ -262,7 +265,7 @@ fn train_loop(
     Ok(())
 }
 
-/// `--fault hang`: the training thread stops making progress at `step` (a hung GPU) until
+/// `--fault hang` (or a hang armed from the API): the training thread stops making progress at `step` (a hung GPU) until
 /// the epoch is cancelled; the roles runtime keeps heartbeating meanwhile.
 fn hang(s: &Start, step: Step, cancel: &AtomicBool) {
     crate::events::emit(

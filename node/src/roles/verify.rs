@@ -123,7 +123,7 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
         Some(fetch_bytes(&ctx.handle, q.baseline).await?)
     };
     let (step, committed, thresholds) = (q.step, q.committed_state, spec.quality.clone());
-    let (report, detail, prev_acc) = tokio::task::spawn_blocking(move || -> Result<_> {
+    let (report, detail, prev_acc) = crate::compute::run("quality-test", move || -> Result<_> {
         let fail = |d: String| {
             (
                 QualityReport {
@@ -195,8 +195,7 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
             v.previous.as_ref().map(|e| e.accuracy),
         ))
     })
-    .await
-    .map_err(|e| anyhow!("the quality test thread died: {e}"))??;
+    .await??;
     crate::events::emit(
         NodeEvent::QualityTest {
             job_id: q.job_id.to_string(),
@@ -253,9 +252,10 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
     let (_, job, candidate) =
         job_and_candidate(ctx, s.job_id, s.spec_hash, s.checkpoint_hash).await?;
     let dev = job.device.clone();
-    let meta = tokio::task::spawn_blocking(move || Checkpoint::from_bytes(&candidate, &dev))
-        .await
-        .map_err(|e| anyhow!("spot check thread died: {e}"))?;
+    let meta = crate::compute::run("spot-check", move || {
+        Checkpoint::from_bytes(&candidate, &dev)
+    })
+    .await?;
     let meta = match meta {
         Ok(c) => c.meta,
         Err(e) => {
@@ -295,7 +295,7 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
         }
         let before = ctx.handle.blobs().read(to_iroh(st.before)).await?;
         let (job, meta, st2) = (job.clone(), meta.clone(), *st);
-        let r = tokio::task::spawn_blocking(move || {
+        let r = crate::compute::run("spot-check", move || {
             spot_check_preimage(
                 &job,
                 &meta,
@@ -304,8 +304,7 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
                 StateHash(st2.after.0),
             )
         })
-        .await
-        .map_err(|e| anyhow!("spot check thread died: {e}"))??;
+        .await??;
         if !r.matched {
             crate::events::emit(
                 NodeEvent::SpotCheck {

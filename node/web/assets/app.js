@@ -210,7 +210,7 @@
       }
       case 'scenario_fault': case 'break': {
         const who = e.target_node; const what = describe(e.action);
-        if (['kill', 'pause', 'freeze', 'stop'].includes(e.action)) v.harm.push({ t, node: who, what });
+        if (['kill', 'pause', 'freeze', 'stop', 'hang'].includes(e.action)) v.harm.push({ t, node: who, what });
         if (e.action.startsWith('cheat')) v.cheats.add(`${who}/*`);
         note(v, t, `${who} ${what}${e.at_step != null ? ` at step ${e.at_step}` : ''}`, 'bad');
         break;
@@ -244,7 +244,7 @@
     if (who.length) { const each = fees / BigInt(who.length); who.forEach((a) => add(v.money.feesTo, name(v, a), each)); }
   }
   function describe(a) {
-    return ({ kill: 'killed (kill -9)', pause: 'frozen (SIGSTOP)', freeze: 'frozen (SIGSTOP)', resume: 'thawed (SIGCONT)', thaw: 'thawed (SIGCONT)', stop: 'stopped (SIGTERM)', restart: 'restarted', cheat_junk: 'told to cheat: junk', cheat_stale: 'told to cheat: stale', cheat_nan: 'told to cheat: NaN' })[a] || a;
+    return ({ kill: 'killed (kill -9)', pause: 'frozen (SIGSTOP)', freeze: 'frozen (SIGSTOP)', resume: 'thawed (SIGCONT)', thaw: 'thawed (SIGCONT)', stop: 'stopped (SIGTERM)', restart: 'restarted', cheat_junk: 'told to cheat: junk', cheat_stale: 'told to cheat: stale', cheat_nan: 'told to cheat: NaN', hang: 'hung (training stops, heartbeats go on)' })[a] || a;
   }
 
   // ---------- the stream -----------------------------------------------------------------

@@ -55,6 +55,8 @@ pub enum BreakAction {
     CheatStale,
     /// The provider's next checkpoint holds a NaN.
     CheatNan,
+    /// The provider's training stops while it keeps heartbeating (a hung GPU).
+    Hang,
     /// SIGTERM: the node shuts down.
     Stop,
 }

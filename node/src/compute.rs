@@ -1,0 +1,114 @@
+//! Where the node's heavy CPU work runs: training, quality tests and spot checks, on threads
+//! that yield the CPU to the node's network threads.
+//!
+//! A provider's liveness is its heartbeat rhythm, and a heartbeat is a few microseconds of
+//! work on the async runtime. On a host where every core is busy training (ours, or a
+//! neighbour's), a heartbeat that waits behind a compute thread for a scheduler slice arrives
+//! hundreds of milliseconds late and looks like a frozen provider: a false failover costs the
+//! provider its unaccepted interval and the client a fresh epoch. So every compute thread runs
+//! at a lower scheduling priority ([`COMPUTE_NICE`]) than the runtime that sends heartbeats,
+//! gossips and talks to the chain: whenever a network thread wakes, the kernel runs it first,
+//! and compute keeps every cycle the network does not use. This needs no privilege (raising
+//! one's own niceness never does) and holds against other processes' compute too, since
+//! every node lowers its own.
+//!
+//! Compute threads are: the thread [`run`] starts for each task, and the rayon pool that
+//! candle's CPU kernels fan out to, which [`init`] builds before any kernel runs (threads
+//! started later by candle's own pool inherit the niceness of the compute thread that first
+//! needs them).
+
+use anyhow::{Result, anyhow};
+
+/// The niceness of compute threads. Nice 10 weighs about a tenth of nice 0 in Linux's
+/// scheduler, so a network thread that wakes gets the core almost at once, while compute alone
+/// on a host still gets it all.
+pub const COMPUTE_NICE: i32 = 10;
+
+/// Builds rayon's global pool (candle's CPU kernels run on it) with compute priority. Call once
+/// at startup, before any training or checking; a second call (tests starting several nodes in
+/// one process) leaves the first pool in place.
+pub fn init() {
+    if pool().build_global().is_err() {
+        tracing::debug!("the compute pool was already built");
+    }
+}
+
+fn pool() -> rayon::ThreadPoolBuilder {
+    rayon::ThreadPoolBuilder::new()
+        .thread_name(|i| format!("compute-{i}"))
+        .start_handler(|_| lower_this_thread())
+}
+
+/// Runs `work` on a new compute thread and waits for it without blocking the runtime.
+/// `what` names the work in the error if the thread panics.
+pub async fn run<T, F>(what: &'static str, work: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(what.to_string())
+        .spawn(move || {
+            lower_this_thread();
+            let _ = tx.send(work());
+        })
+        .map_err(|e| anyhow!("cannot start the {what} thread: {e}"))?;
+    rx.await
+        .map_err(|_| anyhow!("the {what} thread died (a panic in the trainer; see the log)"))
+}
+
+/// Lowers the calling thread's CPU priority to [`COMPUTE_NICE`]. Niceness is per thread on
+/// Linux, so this leaves the runtime's threads as they are. Failing to lower it only costs
+/// heartbeat punctuality under load, so it is logged, not fatal.
+pub fn lower_this_thread() {
+    #[cfg(target_os = "linux")]
+    {
+        let tid = rustix::thread::gettid();
+        if let Err(e) = rustix::process::setpriority_process(Some(tid), COMPUTE_NICE) {
+            tracing::warn!(error = %e, "cannot lower a compute thread's priority; heartbeats may lag under load");
+        }
+    }
+}
+
+/// The calling thread's niceness (tests and diagnostics).
+#[cfg(target_os = "linux")]
+pub fn this_thread_nice() -> Result<i32> {
+    let tid = rustix::thread::gettid();
+    rustix::process::getpriority_process(Some(tid))
+        .map_err(|e| anyhow!("cannot read this thread's priority: {e}"))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn compute_runs_below_the_runtime_and_the_runtime_is_untouched() -> Result<()> {
+        let before = this_thread_nice()?;
+        let inside = run("test-compute", this_thread_nice).await??;
+        assert_eq!(inside, COMPUTE_NICE.max(before));
+        // The caller (a runtime thread) keeps its priority.
+        assert_eq!(this_thread_nice()?, before);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_panicking_task_is_an_error_not_a_crash() {
+        let r: Result<()> = run("test-panic", || panic!("boom")).await;
+        let e = r.expect_err("a panic must surface as an error");
+        assert!(e.to_string().contains("test-panic"), "{e}");
+    }
+
+    #[test]
+    fn the_kernel_pool_runs_at_compute_priority() -> Result<()> {
+        // The pool `init` makes global, built apart: the global one is whichever this test
+        // binary built first.
+        let pool = pool().num_threads(2).build()?;
+        let nice = pool.broadcast(|_| this_thread_nice());
+        for n in nice {
+            assert_eq!(n?, COMPUTE_NICE);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,490 @@
+//! The detection bench: sixteen node processes on loopback (a client, three verifiers, twelve
+//! providers) on a real anvil, two jobs training at all times, and N trials of each failure a
+//! provider can have: kill -9, freeze (SIGSTOP) and a hung GPU (training stops, heartbeats go
+//! on; armed through the provider's test control). For each kind it prints the detection
+//! latency (fault → the client's `provider_lost`) and the time until training again (fault →
+//! the replacement's first step), p50 / p99 / max beside the targets, and every false
+//! failover: a provider given up on that no trial touched. Figures are printed, not asserted:
+//! timing on a shared host is a measurement, not a test. Run by name:
+//!
+//! ```text
+//! cargo build -p gpuchain
+//! cargo test -p gpuchain-e2e --test detection -- --ignored --nocapture
+//! ```
+//!
+//! `GPUCHAIN_DETECTION_TRIALS` sets the trials per kind (default 20).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, anyhow, bail};
+use gpuchain_testnet::{
+    Address, ChainOpts, JobSubmission, LogTail, Logged, NodeEvent, Testnet, U256, USDC, after,
+    binary, event_is,
+};
+use serde_json::json;
+
+const PROVIDERS: usize = 12;
+const VERIFIERS: usize = 3;
+/// Jobs in trial at once; more keep training after their last trial.
+const ACTIVE_JOBS: usize = 2;
+/// Trials per job: each excludes its victim from that job for good, so a job stops being
+/// used for trials well before it runs out of providers.
+const TRIALS_PER_JOB: usize = 6;
+const STEPS: u64 = 120;
+const INTERVAL: u64 = 10;
+/// Heartbeats in the victim's epoch before a fault: the client's detector knows its rhythm
+/// (8 gaps) and its step time by then.
+const SETTLED_HEARTBEATS: usize = 15;
+const JOB_FILE: &str = r#"
+model = "fashion-cnn"
+total_steps = 120
+checkpoint_interval = 10
+eval_examples = 200
+
+[quality]
+min_accuracy = 0.1
+after_step = 30
+max_accuracy_drop = 0.3
+"#;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Kill,
+    Freeze,
+    Hang,
+}
+
+impl Kind {
+    const ALL: [Kind; 3] = [Kind::Kill, Kind::Freeze, Kind::Hang];
+}
+
+struct Trial {
+    kind: Kind,
+    job: String,
+    epoch: u64,
+    victim: String,
+    detect: Duration,
+    again: Duration,
+    reason: String,
+    /// The victim's median step time before the fault, as the client saw it.
+    step_time: Duration,
+}
+
+/// One job as the client's log tells it.
+#[derive(Default)]
+struct JobView {
+    epoch: u64,
+    provider: String,
+    /// Heartbeats of the current epoch: (when, step).
+    beats: Vec<(SystemTime, u64)>,
+    done: bool,
+    trials: usize,
+}
+
+impl JobView {
+    fn step(&self) -> u64 {
+        self.beats.last().map_or(0, |b| b.1)
+    }
+
+    /// The median time between step advances in the current epoch.
+    fn step_time(&self) -> Duration {
+        let mut advances: Vec<SystemTime> = Vec::new();
+        let mut last = None;
+        for (at, step) in &self.beats {
+            if last.is_some_and(|l| *step > l) {
+                advances.push(*at);
+            }
+            last = Some(*step);
+        }
+        let mut gaps: Vec<Duration> = advances
+            .windows(2)
+            .filter_map(|w| w[1].duration_since(w[0]).ok())
+            .collect();
+        gaps.sort();
+        gaps.get(gaps.len() / 2).copied().unwrap_or_default()
+    }
+}
+
+/// The client's log, followed as it grows.
+struct ClientView {
+    tail: LogTail,
+    jobs: BTreeMap<String, JobView>,
+    lost: Vec<Logged>,
+    assigned: Vec<Logged>,
+}
+
+impl ClientView {
+    fn update(&mut self) {
+        for e in self.tail.read_new() {
+            match &e.event {
+                NodeEvent::ChainAssigned {
+                    job_id,
+                    epoch,
+                    provider,
+                    ..
+                } => {
+                    let j = self.jobs.entry(job_id.clone()).or_default();
+                    j.epoch = *epoch;
+                    j.provider = provider.to_lowercase();
+                    j.beats.clear();
+                    self.assigned.push(e.clone());
+                }
+                NodeEvent::Heartbeat {
+                    job_id,
+                    epoch,
+                    step,
+                    ..
+                } => {
+                    if let Some(j) = self.jobs.get_mut(job_id)
+                        && j.epoch == *epoch
+                    {
+                        j.beats.push((e.at, *step));
+                    }
+                }
+                NodeEvent::ChainCompleted { job_id, .. }
+                | NodeEvent::ChainExpired { job_id, .. } => {
+                    self.jobs.entry(job_id.clone()).or_default().done = true;
+                }
+                NodeEvent::ProviderLost { .. } => self.lost.push(e.clone()),
+                _ => {}
+            }
+        }
+    }
+
+    fn lost_in(&self, job: &str, epoch: u64) -> Option<&Logged> {
+        self.lost.iter().find(|l| {
+            matches!(&l.event, NodeEvent::ProviderLost { job_id, epoch: e, .. }
+                if job_id == job && *e == epoch)
+        })
+    }
+
+    fn assigned_in(&self, job: &str, epoch: u64) -> Option<String> {
+        self.assigned.iter().find_map(|l| match &l.event {
+            NodeEvent::ChainAssigned {
+                job_id,
+                epoch: e,
+                provider,
+                ..
+            } if job_id == job && *e == epoch => Some(provider.to_lowercase()),
+            _ => None,
+        })
+    }
+}
+
+fn trials_per_kind() -> usize {
+    std::env::var("GPUCHAIN_DETECTION_TRIALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(20)
+}
+
+fn amount(base_units: u64) -> String {
+    format!("{}.{:06}", base_units / USDC, base_units % USDC)
+}
+
+async fn start(dir: &std::path::Path) -> Result<(Testnet, HashMap<String, String>)> {
+    let mut net = Testnet::with_new_chain(dir, binary()?, ChainOpts::default()).await?;
+    let spec = net.role_spec("client", "client")?;
+    net.spawn(spec).await?;
+    for i in 1..=VERIFIERS {
+        let spec = net.role_spec(&format!("v{i}"), "verifier")?;
+        net.spawn_verifier(spec).await?;
+    }
+    let mut names = HashMap::new();
+    for i in 0..PROVIDERS {
+        let name = format!("p{:02}", i + 1);
+        let price = 1_000 + 500 * i as u64;
+        let spec = net
+            .role_spec(&name, "provider")?
+            .arg("--price-per-step")
+            .arg(amount(price))
+            .arg("--test-cheat-control");
+        net.spawn(spec).await?;
+        net.stake(&name, U256::from(100 * USDC)).await?;
+        let addr: Address = net.node(&name)?.eth_address();
+        names.insert(addr.to_string().to_lowercase(), name);
+    }
+    net.wait_mesh("client").await?;
+    Ok((net, names))
+}
+
+async fn submit(net: &Testnet, file: &std::path::Path) -> Result<String> {
+    let id = net
+        .submit_job(
+            "client",
+            &JobSubmission {
+                file: file.to_path_buf(),
+                budget: amount(10 * USDC),
+                max_price: amount(20_000),
+                committee: 2,
+                quorum: 2,
+                verifier_fee: amount(1_000),
+                deadline_secs: 3600,
+                grace_secs: 600,
+            },
+        )
+        .await?;
+    Ok(id.to_string())
+}
+
+/// Waits until `find` finds something in the client's view, updating it every 20 ms.
+async fn until<T>(
+    view: &mut ClientView,
+    what: &str,
+    timeout: Duration,
+    find: impl Fn(&ClientView) -> Option<T>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        view.update();
+        if let Some(t) = find(view) {
+            return Ok(t);
+        }
+        if Instant::now() > deadline {
+            bail!("no {what} within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a bench: sixteen processes for many minutes; run by name (see the file's header)"]
+async fn detection_latency_of_kill_freeze_and_hang() -> Result<()> {
+    let per_kind = trials_per_kind();
+    let dir: PathBuf = gpuchain_e2e::run_dir(env!("CARGO_TARGET_TMPDIR"), "bench-detection")?;
+    let (mut net, names) = start(&dir).await?;
+    let job_file = dir.join("job.toml");
+    std::fs::write(&job_file, JOB_FILE)?;
+    let mut view = ClientView {
+        tail: LogTail::new(net.node("client")?.log_path()),
+        jobs: BTreeMap::new(),
+        lost: Vec::new(),
+        assigned: Vec::new(),
+    };
+    let mut trials: Vec<Trial> = Vec::new();
+    let mut in_trial: Vec<String> = Vec::new();
+    let began = Instant::now();
+    while trials.len() < per_kind * Kind::ALL.len() {
+        // Keep ACTIVE_JOBS jobs open to trials.
+        view.update();
+        in_trial.retain(|j| {
+            view.jobs
+                .get(j)
+                .is_none_or(|v| !v.done && v.trials < TRIALS_PER_JOB)
+        });
+        while in_trial.len() < ACTIVE_JOBS {
+            let id = submit(&net, &job_file).await?;
+            println!("[detection] job {id} submitted");
+            in_trial.push(id);
+        }
+        let ready = in_trial.iter().find(|j| {
+            view.jobs.get(*j).is_some_and(|v| {
+                let s = v.step();
+                !v.done
+                    && v.beats.len() >= SETTLED_HEARTBEATS
+                    && (2..=6).contains(&(s % INTERVAL))
+                    && s + 2 * INTERVAL < STEPS
+                    && names.contains_key(&v.provider)
+            })
+        });
+        let Some(job) = ready.cloned() else {
+            if began.elapsed() > Duration::from_secs(3600) {
+                bail!("the bench ran for an hour without finishing");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let kind = Kind::ALL[trials.len() % Kind::ALL.len()];
+        let (epoch, victim, step_time) = {
+            let v = &view.jobs[&job];
+            (v.epoch, names[&v.provider].clone(), v.step_time())
+        };
+        let t0 = match kind {
+            Kind::Kill => net.kill9(&victim)?,
+            Kind::Freeze => {
+                let t = SystemTime::now();
+                net.pause(&victim)?;
+                t
+            }
+            Kind::Hang => {
+                let asked = SystemTime::now();
+                net.node(&victim)?
+                    .post("/v1/test/cheat", &json!({ "fault": "hang" }))
+                    .await?;
+                // The hang starts at the next step boundary, which the provider logs.
+                net.wait_event(
+                    &victim,
+                    after(
+                        asked,
+                        event_is!(FaultEnabled { fault } if fault.starts_with("Hang")),
+                    ),
+                    Duration::from_secs(30),
+                )
+                .await?
+                .at
+            }
+        };
+        let lost = until(&mut view, "provider_lost", Duration::from_secs(60), |v| {
+            v.lost_in(&job, epoch).cloned()
+        })
+        .await
+        .with_context(|| format!("{kind:?} of {victim} in job {job} epoch {epoch}"))?;
+        let next = until(
+            &mut view,
+            "the next epoch's assignment",
+            Duration::from_secs(60),
+            |v| v.assigned_in(&job, epoch + 1),
+        )
+        .await?;
+        let replacement = names
+            .get(&next)
+            .ok_or_else(|| anyhow!("job {job} went to {next}, not one of ours"))?
+            .clone();
+        let job_c = job.clone();
+        let first = net
+            .wait_event(
+                &replacement,
+                move |e: &Logged| {
+                    e.at >= t0
+                        && matches!(&e.event, NodeEvent::FirstStep { job_id, epoch: e2, .. }
+                            if *job_id == job_c && *e2 == epoch + 1)
+                },
+                Duration::from_secs(60),
+            )
+            .await?;
+        let NodeEvent::ProviderLost { reason, .. } = &lost.event else {
+            bail!("not a provider_lost: {lost:?}");
+        };
+        let trial = Trial {
+            kind,
+            job: job.clone(),
+            epoch,
+            victim: victim.clone(),
+            detect: lost.at.duration_since(t0).unwrap_or_default(),
+            again: first.at.duration_since(t0).unwrap_or_default(),
+            reason: reason.clone(),
+            step_time,
+        };
+        println!(
+            "[detection] {:>2} {:?} {} (job {} epoch {}): {} after {} ms, training again on {} after {} ms",
+            trials.len() + 1,
+            trial.kind,
+            trial.victim,
+            trial.job,
+            trial.epoch,
+            trial.reason,
+            trial.detect.as_millis(),
+            replacement,
+            trial.again.as_millis()
+        );
+        trials.push(trial);
+        if let Some(v) = view.jobs.get_mut(&job) {
+            v.trials += 1;
+        }
+        match kind {
+            Kind::Kill => {
+                net.restart(&victim).await?;
+            }
+            Kind::Freeze => net.resume(&victim)?,
+            // Fenced, it cancels its training and is idle again.
+            Kind::Hang => {}
+        }
+    }
+    view.update();
+    report(&trials, &view, &names);
+    net.stop_all().await;
+    Ok(())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0}", d.as_secs_f64() * 1e3)
+}
+
+fn report(trials: &[Trial], view: &ClientView, names: &HashMap<String, String>) {
+    println!();
+    println!(
+        "detection over {} trials, 16 processes on loopback",
+        trials.len()
+    );
+    println!(
+        "{:<7} {:>3} {:>10} {:>10} {:>10} {:>12} {:>12} {:>14}",
+        "fault", "n", "detect p50", "p99", "max", "again p50", "again p99", "reasons"
+    );
+    for kind in Kind::ALL {
+        let of: Vec<&Trial> = trials.iter().filter(|t| t.kind == kind).collect();
+        let mut detect: Vec<Duration> = of.iter().map(|t| t.detect).collect();
+        let mut again: Vec<Duration> = of
+            .iter()
+            .map(|t| t.again.saturating_sub(t.detect))
+            .collect();
+        detect.sort();
+        again.sort();
+        let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+        for t in &of {
+            *reasons.entry(t.reason.as_str()).or_default() += 1;
+        }
+        let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("{r}×{n}")).collect();
+        println!(
+            "{:<7} {:>3} {:>10} {:>10} {:>10} {:>12} {:>12} {:>14}",
+            format!("{kind:?}").to_lowercase(),
+            of.len(),
+            ms(percentile(&detect, 0.5)),
+            ms(percentile(&detect, 0.99)),
+            ms(detect.last().copied().unwrap_or_default()),
+            ms(percentile(&again, 0.5)),
+            ms(percentile(&again, 0.99)),
+            reasons.join(" ")
+        );
+    }
+    println!("(ms; 'again' is from detection to the replacement's first step)");
+    println!(
+        "targets: kill and freeze p50 <= 300, p99 <= 500; hang <= 3 x step time + 500; again <= 1000"
+    );
+    let hangs: Vec<&Trial> = trials.iter().filter(|t| t.kind == Kind::Hang).collect();
+    let within = hangs
+        .iter()
+        .filter(|t| t.detect <= t.step_time * 3 + Duration::from_millis(500))
+        .count();
+    let mut steps: Vec<Duration> = hangs.iter().map(|t| t.step_time).collect();
+    steps.sort();
+    println!(
+        "hang: {within} of {} within 3 x the victim's median step time + 500 ms (median step {} ms)",
+        hangs.len(),
+        ms(percentile(&steps, 0.5))
+    );
+    let touched: Vec<(&str, u64)> = trials.iter().map(|t| (t.job.as_str(), t.epoch)).collect();
+    let false_failovers: Vec<String> = view
+        .lost
+        .iter()
+        .filter_map(|l| match &l.event {
+            NodeEvent::ProviderLost {
+                job_id,
+                epoch,
+                provider,
+                reason,
+                silent_for_ms,
+            } if !touched.contains(&(job_id.as_str(), *epoch)) => Some(format!(
+                "job {job_id} epoch {epoch}: {} {reason} after {silent_for_ms} ms",
+                names
+                    .get(&provider.to_lowercase())
+                    .map_or(provider.as_str(), String::as_str)
+            )),
+            _ => None,
+        })
+        .collect();
+    println!("false failovers: {}", false_failovers.len());
+    for f in &false_failovers {
+        println!("  {f}");
+    }
+}
