@@ -14,7 +14,7 @@ pub mod verify;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
 use gpuchain_protocol::client::{ClientConfig, JobParams};
@@ -45,7 +45,19 @@ pub struct RoleRuntime {
     training: train::Trainers,
     pending_create: HashMap<TxId, oneshot::Sender<Result<SubmitReply>>>,
     fault: Option<Fault>,
+    /// How long a late timer waits for what arrived meanwhile (one heartbeat period).
+    catch_up: Duration,
+    /// Set while a late timer waits: the machines' timeout runs at this instant instead.
+    held_until: Option<tokio::time::Instant>,
 }
+
+/// A timer that fires this much after its deadline means this process was not running for a
+/// while (a host too loaded to schedule it, a paused VM, a debugger): every provider then
+/// looks silent at once, while their heartbeats wait unread in its sockets and queues.
+/// Deciding on that silence would fail honest providers over, so a late timer first waits
+/// [`RoleRuntime::catch_up`] for the swarm to deliver what came in. A frozen provider is
+/// still noticed: its silence outlasts the wait, which only a late timer pays.
+const LATE_TIMER: Duration = Duration::from_millis(20);
 
 impl RoleRuntime {
     pub fn now(&self) -> Time {
@@ -124,6 +136,8 @@ impl RoleRuntime {
             training: train::Trainers::default(),
             pending_create: HashMap::new(),
             fault: config.fault,
+            catch_up: config.heartbeat_period,
+            held_until: None,
         };
         (rt, RolesHandle::new(tx))
     }
@@ -140,7 +154,8 @@ impl RoleRuntime {
             }
             let deadline = self.machines.poll_timeout().map(|t| {
                 let wait = t.since(self.now());
-                tokio::time::Instant::now() + wait
+                let due = tokio::time::Instant::now() + wait;
+                self.held_until.map_or(due, |h| due.max(h))
             });
             tokio::select! {
                 ev = self.rx.recv() => match ev {
@@ -152,10 +167,7 @@ impl RoleRuntime {
                     // The swarm is gone: the node is stopping.
                     None => break,
                 },
-                () = sleep_until(deadline) => {
-                    let now = self.now();
-                    self.machines.handle_timeout(now);
-                }
+                () = sleep_until(deadline) => self.on_timer(deadline),
                 changed = self.shutdown.changed() => {
                     if changed.is_err() || *self.shutdown.borrow() {
                         break;
@@ -165,6 +177,23 @@ impl RoleRuntime {
         }
         self.training.stop_all();
         Ok(())
+    }
+
+    /// The machines' timeout, unless the timer fired late: then the swarm first gets
+    /// [`LATE_TIMER`]'s catch-up to deliver what arrived while this process was not running.
+    fn on_timer(&mut self, deadline: Option<tokio::time::Instant>) {
+        let fired = tokio::time::Instant::now();
+        let late = deadline.map_or(Duration::ZERO, |d| fired.saturating_duration_since(d));
+        if self.held_until.take().is_none() && late > LATE_TIMER {
+            tracing::debug!(
+                late_ms = late.as_millis() as u64,
+                "timer fired late: hearing what arrived meanwhile before any verdict"
+            );
+            self.held_until = Some(fired + self.catch_up);
+            return;
+        }
+        let now = self.now();
+        self.machines.handle_timeout(now);
     }
 
     fn on_inbound(&mut self, ev: Inbound) {
