@@ -217,6 +217,12 @@ pub struct NodeArgs {
     #[arg(long, env = "GPUCHAIN_TEST_CHEAT_CONTROL")]
     pub test_cheat_control: bool,
 
+    /// TESTING ONLY, for a local testnet's partition faults: let the control API (with its
+    /// token) cut this node off from given peers and heal it (`POST /v1/test/partition`).
+    /// Off by default; a node without it refuses the request.
+    #[arg(long, env = "GPUCHAIN_TEST_PARTITION_CONTROL")]
+    pub test_partition_control: bool,
+
     /// Chain id of the EIP-712 domain that bids and votes are signed for. With --rpc-url it
     /// is read from the chain (and must match when given). Default: 31337 (anvil).
     #[arg(long, env = "GPUCHAIN_CHAIN_ID", value_name = "ID")]

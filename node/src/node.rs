@@ -228,6 +228,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
             roles,
             data_dir.clone(),
             cheat,
+            config.test_partition_control,
             access,
         ));
     }
