@@ -515,8 +515,27 @@ async fn play(
     // When each fault fired, in seconds since submission (for `after`).
     let mut fired_at: Vec<Option<f64>> = vec![None; s.faults.len()];
     let deadline = submitted + Duration::from_secs(s.timeout_secs);
+    // The harness's own reads of anvil may fail for a moment on a loaded machine (a stale
+    // pooled connection, anvil busy); only a chain silent for this long fails the run.
+    const CHAIN_PATIENCE: Duration = Duration::from_secs(30);
+    let mut chain_silent_since: Option<Instant> = None;
     let (outcome, view) = loop {
-        let v = chain.job(job_id).await?;
+        let v = match chain.job(job_id).await {
+            Ok(v) => {
+                chain_silent_since = None;
+                v
+            }
+            Err(e) => {
+                let since = *chain_silent_since.get_or_insert_with(Instant::now);
+                ensure!(
+                    since.elapsed() < CHAIN_PATIENCE,
+                    "the chain did not answer the harness for {CHAIN_PATIENCE:?}: {e:#}"
+                );
+                eprintln!("[scenario] the chain did not answer ({e:#}); asking again");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+        };
         match v.status {
             // Completed once the client's settle has credited what the job did not spend.
             3 if v.settled => break ("completed", v),
