@@ -16,6 +16,7 @@
 
 pub mod browser;
 mod chain;
+pub mod chaos;
 pub mod checks;
 pub mod dashboard;
 pub mod demo;

@@ -290,3 +290,23 @@ async fn a_provider_crashed_while_writing_a_checkpoint_restarts_on_its_data_dir(
     );
     Ok(())
 }
+
+/// Three minutes of chaos (`gpuchain testnet chaos --seed 1 --minutes 3`): too long for every
+/// CI run; run it with `--ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "three minutes; run with --ignored"]
+async fn three_minutes_of_chaos_with_seed_1_keep_the_books() -> Result<()> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos-seed-1");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    let report = gpuchain_testnet::chaos::run(&dir, &binary()?, 1, 3).await?;
+    println!("{}", report.text());
+    ensure!(report.checks.passed(), "{}", report.text());
+    ensure!(
+        report.fired == report.schedule.len() && report.jobs.len() >= 3,
+        "{}",
+        report.text()
+    );
+    Ok(())
+}
