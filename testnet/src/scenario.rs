@@ -294,8 +294,7 @@ impl Scenario {
             if let Some(a) = f.after {
                 ensure!(
                     a < i && f.at_secs.is_some(),
-                    "fault[{i}].after: must name an earlier fault (0 to {}) and go with at_secs",
-                    i.saturating_sub(1)
+                    "fault[{i}].after: must name an earlier fault (an index below {i}) and go with at_secs"
                 );
             }
             let on_exit = match f.at_exit {

@@ -96,8 +96,8 @@ async fn a_client_killed_mid_job_and_restarted_completes_and_pays_exactly() -> R
 /// A verifier busy for 30 s fetching the dead provider's interval states then spot-checks
 /// the replacement's first checkpoint after the replacement has dropped those states (it
 /// keeps two intervals), votes reject for "state not served", and with the third verifier
-/// dead neither side reaches the quorum of 2: the job stalls until its deadline. About one
-/// run in two.
+/// dead neither side reaches the quorum of 2: the job stalls until its deadline. It did in
+/// one of its first two runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "liveness bug: a slow verifier rejects for states the provider already dropped"]
 async fn a_provider_and_a_verifier_killed_between_announce_and_decision() -> Result<()> {
