@@ -38,6 +38,8 @@ pub struct Api {
     dir: Arc<DataDir>,
     /// On a testnet provider started with `--test-cheat-control` only.
     cheat: Option<Arc<CheatSwitch>>,
+    /// On a testnet node started with `--test-partition-control` only.
+    partition_control: bool,
 }
 
 impl Api {
@@ -80,6 +82,7 @@ pub fn router(
     roles: Option<RolesHandle>,
     dir: Arc<DataDir>,
     cheat: Option<Arc<CheatSwitch>>,
+    partition_control: bool,
     access: Access,
 ) -> Router {
     let api = Api {
@@ -87,6 +90,7 @@ pub fn router(
         roles,
         dir,
         cheat,
+        partition_control,
     };
     let dashboard = crate::events::feed().map(|feed| {
         Arc::new(Dashboard {
@@ -113,6 +117,7 @@ pub fn router(
         .route("/v1/provider/refusals", get(bid_refusals))
         .route("/v1/shutdown", post(shutdown))
         .route("/v1/test/cheat", post(arm_cheat))
+        .route("/v1/test/partition", post(partition))
         .with_state(api.clone())
         .layer(axum::middleware::from_fn_with_state(access.clone(), guard));
     private.merge(
@@ -148,10 +153,12 @@ pub async fn serve(
     roles: Option<RolesHandle>,
     dir: Arc<DataDir>,
     cheat: Option<Arc<CheatSwitch>>,
+    partition_control: bool,
     access: Access,
 ) {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
-    if let Err(e) = axum::serve(listener, router(handle, roles, dir, cheat, access)).await {
+    let app = router(handle, roles, dir, cheat, partition_control, access);
+    if let Err(e) = axum::serve(listener, app).await {
         tracing::error!(?addr, error = %e, "control API stopped");
     }
 }
@@ -338,4 +345,48 @@ async fn arm_cheat(State(Api { cheat, .. }): State<Api>, Json(r): Json<CheatRequ
     };
     cheat.arm(r.fault).map_err(bad)?;
     ok(json!({ "armed": format!("{:?}", r.fault) }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartitionRequest {
+    /// libp2p peer ids.
+    peers: Vec<String>,
+    /// Cut off (true) or heal (false).
+    blocked: bool,
+}
+
+/// TESTING ONLY: a testnet's partition faults cut this node off from the given peers (every
+/// connection closed, new ones refused, no blob fetched from them) and heal it.
+async fn partition(
+    State(Api {
+        handle,
+        partition_control,
+        ..
+    }): State<Api>,
+    Json(r): Json<PartitionRequest>,
+) -> ApiResult {
+    if !partition_control {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            "this node takes no partitions from its API: only a local testnet's node started with --test-partition-control does".into(),
+        ));
+    }
+    let peers = r
+        .peers
+        .iter()
+        .map(|p| {
+            p.parse::<libp2p::PeerId>().map_err(|e| {
+                ApiError(
+                    StatusCode::BAD_REQUEST,
+                    format!("{p:?} is not a peer id: {e}"),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    handle
+        .partition(peers, r.blocked)
+        .await
+        .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
+    ok(json!({ "peers": r.peers, "blocked": r.blocked }))
 }

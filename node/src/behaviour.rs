@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{Result, anyhow};
+use libp2p::allow_block_list::{self, BlockedPeers};
 use libp2p::identity::Keypair;
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::{StreamProtocol, Swarm, gossipsub, identify, kad, noise, ping, tcp, yamux};
@@ -28,6 +29,9 @@ pub struct Behaviour {
     pub kad: kad::Behaviour<kad::store::MemoryStore>,
     pub identify: identify::Behaviour,
     pub ping: ping::Behaviour,
+    /// Peers this node refuses and disconnects: empty unless a testnet partitions it
+    /// (`--test-partition-control`).
+    pub blocked: allow_block_list::Behaviour<BlockedPeers>,
 }
 
 pub fn gossipsub_config() -> Result<gossipsub::Config> {
@@ -69,6 +73,7 @@ fn behaviour(key: &Keypair) -> Result<Behaviour> {
         kad,
         identify,
         ping: ping::Behaviour::default(),
+        blocked: allow_block_list::Behaviour::default(),
     })
 }
 

@@ -50,6 +50,10 @@ pub enum Fault {
     /// epoch's first checkpoint, while the process keeps heartbeating (the client should
     /// call it stalled and fail the job over).
     Hang,
+    /// A crash while a checkpoint is written: the process aborts (no cleanup, like kill -9)
+    /// a moment after it starts storing its first checkpoint of an epoch, to show that a
+    /// restart on the same data dir opens the store and serves no half-written blob.
+    CrashMidCheckpoint,
     /// A byzantine verifier: vote reject on every checkpoint, whatever its quality test says.
     RejectAll,
     /// A hostile client: never submit the accept of a checkpoint; end the provider's epoch
@@ -61,9 +65,12 @@ impl Fault {
     /// The role a fault cheats in.
     pub fn role(self) -> Role {
         match self {
-            Fault::Junk | Fault::Stale | Fault::Nan | Fault::WrongOrder | Fault::Hang => {
-                Role::Provider
-            }
+            Fault::Junk
+            | Fault::Stale
+            | Fault::Nan
+            | Fault::WrongOrder
+            | Fault::Hang
+            | Fault::CrashMidCheckpoint => Role::Provider,
             Fault::RejectAll => Role::Verifier,
             Fault::WithholdPay => Role::Client,
         }
@@ -215,6 +222,12 @@ pub struct NodeArgs {
     /// step (`POST /v1/test/cheat`). Off by default; a node without it refuses the request.
     #[arg(long, env = "GPUCHAIN_TEST_CHEAT_CONTROL")]
     pub test_cheat_control: bool,
+
+    /// TESTING ONLY, for a local testnet's partition faults: let the control API (with its
+    /// token) cut this node off from given peers and heal it (`POST /v1/test/partition`).
+    /// Off by default; a node without it refuses the request.
+    #[arg(long, env = "GPUCHAIN_TEST_PARTITION_CONTROL")]
+    pub test_partition_control: bool,
 
     /// Chain id of the EIP-712 domain that bids and votes are signed for. With --rpc-url it
     /// is read from the chain (and must match when given). Default: 31337 (anvil).

@@ -83,6 +83,8 @@ pub struct NodeConfig {
     pub fault: Option<Fault>,
     /// The control API may make the provider's next checkpoint cheat (testnets only).
     pub test_cheat_control: bool,
+    /// The control API may cut this node off from given peers (testnets only).
+    pub test_partition_control: bool,
 }
 
 /// The ceiling of the client's adaptive liveness timeout (and the timeout until a provider's
@@ -257,6 +259,7 @@ impl NodeConfig {
         }
         Ok(Self {
             test_cheat_control,
+            test_partition_control: args.test_partition_control,
             escrow_domain,
             chain_id_given: chain_id.is_some(),
             rpc_url,

@@ -96,6 +96,13 @@ pub enum Command {
         ticket: GossipTicket,
         verdict: gpuchain_protocol::validation::Verdict,
     },
+    /// Testnets only: refuse and disconnect these peers (`blocked`), or take them back; a
+    /// blocked peer is no blob source either.
+    Partition {
+        peers: Vec<PeerId>,
+        blocked: bool,
+        reply: oneshot::Sender<()>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -429,6 +436,21 @@ impl<V: GossipValidator> EventLoop<V> {
                 let _ = reply.send(self.peers_of(address));
             }
             Command::Verdict { ticket, verdict } => self.settle(ticket, verdict.into()),
+            Command::Partition {
+                peers,
+                blocked,
+                reply,
+            } => {
+                let list = &mut self.swarm.behaviour_mut().blocked;
+                for p in peers {
+                    if blocked {
+                        list.block_peer(p);
+                    } else {
+                        list.unblock_peer(p);
+                    }
+                }
+                let _ = reply.send(());
+            }
         }
     }
 
@@ -447,7 +469,11 @@ impl<V: GossipValidator> EventLoop<V> {
 
     fn blob_sources(&self, preferred: &[PeerId]) -> Vec<EndpointId> {
         let mut out: Vec<EndpointId> = Vec::new();
+        let blocked = self.swarm.behaviour().blocked.blocked_peers();
         let push = |p: &PeerId, out: &mut Vec<EndpointId>| {
+            if blocked.contains(p) {
+                return;
+            }
             if let Some(id) = crate::identity::endpoint_id(p)
                 && self.blobs.knows(id)
                 && !out.contains(&id)

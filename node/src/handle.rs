@@ -42,6 +42,16 @@ impl NodeHandle {
         rx.await.map_err(|_| anyhow!("the node is shutting down"))
     }
 
+    /// Testnets only: cut this node off from `peers` (`blocked`) or heal it.
+    pub async fn partition(&self, peers: Vec<PeerId>, blocked: bool) -> Result<()> {
+        self.ask(|reply| Command::Partition {
+            peers,
+            blocked,
+            reply,
+        })
+        .await
+    }
+
     pub async fn status(&self) -> Result<Status> {
         self.ask(Command::Status).await
     }

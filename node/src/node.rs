@@ -121,6 +121,13 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                         crate::cli::Role::Client => format!(
                             "TESTING: this client will withhold pay ({fault:?}): it ends each epoch instead of landing its accepts"
                         ),
+                        crate::cli::Role::Provider
+                            if fault == crate::cli::Fault::CrashMidCheckpoint =>
+                        {
+                            format!(
+                                "TESTING: this provider will crash while it writes a checkpoint ({fault:?})"
+                            )
+                        }
                         crate::cli::Role::Provider if fault == crate::cli::Fault::Hang => format!(
                             "TESTING: this provider's training will hang ({fault:?}) while it heartbeats; clients should call it stalled and fail over"
                         ),
@@ -230,6 +237,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
             roles,
             data_dir.clone(),
             cheat,
+            config.test_partition_control,
             access,
         ));
     }

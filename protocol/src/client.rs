@@ -961,6 +961,11 @@ impl Client {
             return Verdict::Reject(RejectReason::Equivocation);
         }
         if same.insert(vote.verifier, vote.signature).is_some() {
+            // Verifiers publish their vote again until the checkpoint is decided. When the
+            // decision this tally completed failed to land (`TxFailed`: the chain RPC was
+            // away, say), the tally already holds every vote, so no new vote would ever
+            // complete it again: its repeat is what sends the decision again.
+            self.check_quorum(now, job_id, key);
             return Verdict::Ignore(IgnoreReason::Duplicate);
         }
         self.check_quorum(now, job_id, key);
@@ -988,7 +993,7 @@ impl Client {
                 epoch,
                 step,
             }) => {
-                // Let the next vote for this checkpoint resubmit.
+                // The next vote for this checkpoint, new or repeated, submits it again.
                 if let Some(job) = self.jobs.get_mut(&job_id) {
                     job.submitted.remove(&(epoch, step));
                 }

@@ -493,6 +493,45 @@ fn accept_quorum_submits_once_with_sorted_signatures() {
 }
 
 #[test]
+fn a_decision_that_failed_to_land_is_sent_again_on_a_repeated_vote() {
+    let k = keys();
+    let mut c = running(&k);
+    let h = ckpt(0xa, 50);
+    c.handle_message(t(700), &announce(&k.a, 1, 0, 50, 0xa));
+    c.handle_message(t(710), &vote(&k.v1, 1, 50, h, true));
+    c.handle_message(t(720), &vote(&k.v2, 1, 50, h, true));
+    let first = txs(&drain(&mut c));
+    let [(id, tx)] = &first[..] else {
+        panic!("expected one decision, got {first:?}")
+    };
+    // The chain RPC was down: the decision never reached the chain.
+    c.handle_input(
+        t(730),
+        Input::TxFailed {
+            id: *id,
+            reason: "cannot reach the chain RPC".into(),
+        },
+    );
+    assert!(txs(&drain(&mut c)).is_empty());
+    // Every vote is already in the tally; a verifier's repeat sends the same decision again,
+    // once.
+    assert_eq!(
+        c.handle_message(t(740), &vote(&k.v1, 1, 50, h, true)),
+        Verdict::Ignore(IgnoreReason::Duplicate)
+    );
+    let again = txs(&drain(&mut c));
+    assert!(
+        matches!(&again[..], [(_, resent)] if resent == tx),
+        "expected the same decision again, got {again:?}"
+    );
+    assert_eq!(
+        c.handle_message(t(750), &vote(&k.v2, 1, 50, h, true)),
+        Verdict::Ignore(IgnoreReason::AlreadyDecided)
+    );
+    assert!(txs(&drain(&mut c)).is_empty());
+}
+
+#[test]
 fn equivocating_and_stale_votes_are_refused() {
     let k = keys();
     let mut c = running(&k);

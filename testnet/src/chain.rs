@@ -21,6 +21,7 @@ use gpuchain_contracts::{EscrowParams, Toolchain, deploy_job_escrow, deploy_test
 use serde_json::Value;
 
 use crate::process::Proc;
+use crate::proxy::Proxy;
 
 /// One USDC in base units (6 decimals).
 pub const USDC: u64 = 1_000_000;
@@ -55,6 +56,10 @@ pub struct ChainOpts {
     pub extra_args: Vec<String>,
     /// How long anvil may take to listen.
     pub ready_timeout: Duration,
+    /// Put a [`Proxy`] between the nodes and anvil, so that a test can take the chain RPC
+    /// away from every node and give it back ([`Chain::cut_rpc`]); the harness itself always
+    /// talks to anvil directly.
+    pub rpc_proxy: bool,
 }
 
 impl Default for ChainOpts {
@@ -70,6 +75,7 @@ impl Default for ChainOpts {
             block_time_secs: None,
             extra_args: Vec::new(),
             ready_timeout: Duration::from_secs(30),
+            rpc_proxy: false,
         }
     }
 }
@@ -86,6 +92,7 @@ pub struct Chain {
     deploy_block: u64,
     dev_keys: Vec<PrivateKeySigner>,
     deployer: ChainClient,
+    proxy: Option<Proxy>,
 }
 
 impl Chain {
@@ -115,6 +122,14 @@ impl Chain {
 
         let (addr, dev_keys) = wait_for_anvil(&proc, &log, opts.ready_timeout).await?;
         let rpc_url = format!("http://{addr}");
+        let proxy = if opts.rpc_proxy {
+            let upstream = addr
+                .parse()
+                .with_context(|| format!("anvil listens on {addr:?}, not an address"))?;
+            Some(Proxy::start(upstream).await?)
+        } else {
+            None
+        };
         let deployer_key = dev_keys
             .first()
             .cloned()
@@ -151,11 +166,38 @@ impl Chain {
             deploy_block,
             dev_keys,
             deployer,
+            proxy,
         })
     }
 
     pub fn rpc_url(&self) -> &str {
         &self.rpc_url
+    }
+
+    /// The RPC URL nodes are given: the proxy's when there is one.
+    pub fn node_rpc_url(&self) -> String {
+        match &self.proxy {
+            Some(p) => format!("http://{}", p.addr()),
+            None => self.rpc_url.clone(),
+        }
+    }
+
+    /// Takes the chain RPC away from every node (see [`ChainOpts::rpc_proxy`]).
+    pub fn cut_rpc(&self) -> Result<()> {
+        self.rpc_proxy()?.cut();
+        Ok(())
+    }
+
+    /// Gives the chain RPC back after [`Chain::cut_rpc`].
+    pub fn restore_rpc(&self) -> Result<()> {
+        self.rpc_proxy()?.restore();
+        Ok(())
+    }
+
+    fn rpc_proxy(&self) -> Result<&Proxy> {
+        self.proxy.as_ref().ok_or_else(|| {
+            anyhow!("this chain was started without an RPC proxy (ChainOpts::rpc_proxy)")
+        })
     }
 
     pub fn chain_id(&self) -> u64 {

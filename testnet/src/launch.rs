@@ -50,11 +50,7 @@ impl Testnet {
             let chain = self
                 .chain()
                 .with_context(|| format!("node {name} asks for the chain (NodeSpec::chain)"))?;
-            Some((
-                chain.rpc_url().to_string(),
-                chain.escrow(),
-                chain.chain_id(),
-            ))
+            Some((chain.node_rpc_url(), chain.escrow(), chain.chain_id()))
         } else {
             None
         };

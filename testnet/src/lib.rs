@@ -16,12 +16,15 @@
 
 pub mod browser;
 mod chain;
+pub mod chaos;
+pub mod checks;
 pub mod dashboard;
 pub mod demo;
 pub mod events;
 mod launch;
 mod node;
 mod process;
+pub mod proxy;
 pub mod record;
 pub mod scenario;
 mod testnet;

@@ -9,9 +9,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::checks::Checks;
 use crate::demo::usdc;
 use crate::record::{HARNESS, HarnessEvent, RECORD_FILE, RecordLine, Recorded, write_record};
-use crate::{ChainOpts, JobSubmission, Testnet, U256, USDC};
+use crate::{ChainOpts, JobSubmission, NodeEvent, Testnet, U256, USDC};
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use serde::{Deserialize, Serialize};
 
@@ -105,21 +106,79 @@ pub enum Action {
     Resume,
     /// SIGTERM: a clean shutdown (a verifier going offline).
     Stop,
+    /// Take the chain RPC away from every node (the harness's proxy closes their
+    /// connections and refuses new ones); no `node`.
+    RpcDown,
+    /// Give the chain RPC back; no `node`.
+    RpcUp,
+    /// Cut `node` off from the nodes in `from`, both ways (libp2p connections refused and
+    /// closed, no blobs fetched across); every other link stays.
+    Partition,
+    /// Undo a `partition` between `node` and the nodes in `from`.
+    Heal,
 }
+
+impl Action {
+    /// Whether it acts on the chain's RPC rather than on a node.
+    pub fn on_chain(self) -> bool {
+        matches!(self, Action::RpcDown | Action::RpcUp)
+    }
+
+    /// Whether it needs the nodes' partition control (and a `from`).
+    pub fn partitions(self) -> bool {
+        matches!(self, Action::Partition | Action::Heal)
+    }
+}
+
+/// What a fault acting on the chain names as its target in reports and the record.
+pub const CHAIN_TARGET: &str = "chain";
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultSection {
     /// Fire once the client has seen a heartbeat at this step or later.
     pub at_step: Option<u64>,
-    /// Fire this many seconds after the job was submitted.
+    /// Fire this many seconds after the job was submitted, or after fault number `after`
+    /// (0-based, an earlier one) fired.
     pub at_secs: Option<f64>,
+    /// With `at_secs`: count from when this earlier fault fired.
+    pub after: Option<usize>,
+    /// Fire as soon as node `watch` has announced a checkpoint at this step or later (to hit
+    /// the window between an announce and the decision on it).
+    pub at_announce: Option<u64>,
+    /// Whose announces `at_announce` waits for. Default: the fault's own node.
+    pub watch: Option<String>,
+    /// `true`: fire once the fault's node has exited on its own (a crash), e.g. to restart it.
+    pub at_exit: Option<bool>,
     pub action: Action,
-    pub node: String,
+    /// The node it acts on; none for the chain's actions.
+    pub node: Option<String>,
+    /// `partition` and `heal`: the nodes `node` is cut off from (or healed with).
+    #[serde(default)]
+    pub from: Vec<String>,
+}
+
+impl FaultSection {
+    /// The node it acts on, or [`CHAIN_TARGET`].
+    pub fn target(&self) -> &str {
+        self.node.as_deref().unwrap_or(CHAIN_TARGET)
+    }
+
+    /// The node whose announces trigger this fault.
+    fn watched(&self) -> &str {
+        self.watch.as_deref().unwrap_or(self.target())
+    }
 }
 
 const ROLES: [&str; 3] = ["client", "provider", "verifier"];
-const CHEATS: [&str; 4] = ["junk", "stale", "nan", "wrong-order"];
+const CHEATS: [&str; 6] = [
+    "junk",
+    "stale",
+    "nan",
+    "wrong-order",
+    "hang",
+    "crash-mid-checkpoint",
+];
 /// A verifier's cheats (`gpuchain node --fault`).
 const VERIFIER_CHEATS: [&str; 1] = ["reject-all"];
 /// A client's cheats.
@@ -210,16 +269,72 @@ impl Scenario {
             "job.quorum: {quorum} must be a strict majority of the committee of {committee}"
         );
         for (i, f) in self.faults.iter().enumerate() {
-            ensure!(
-                role_of(&f.node).is_some(),
-                "fault[{i}].node: no node named {:?}",
-                f.node
-            );
-            match (f.at_step, f.at_secs) {
-                (Some(_), None) => {}
-                (None, Some(t)) if t.is_finite() && t >= 0.0 => {}
-                (None, Some(_)) => bail!("fault[{i}].at_secs must be a non-negative number"),
-                _ => bail!("fault[{i}]: give exactly one of at_step and at_secs"),
+            match (&f.node, f.action.on_chain()) {
+                (Some(n), false) => {
+                    ensure!(role_of(n).is_some(), "fault[{i}].node: no node named {n:?}")
+                }
+                (None, false) => bail!("fault[{i}].node: {:?} needs a node", f.action),
+                (Some(_), true) => bail!(
+                    "fault[{i}].node: {:?} acts on the chain's RPC, not on a node",
+                    f.action
+                ),
+                (None, true) => {}
+            }
+            match (f.action.partitions(), f.from.is_empty()) {
+                (true, true) => bail!("fault[{i}].from: {:?} needs the nodes to cut off", f.action),
+                (false, false) => bail!("fault[{i}].from: only for partition and heal"),
+                _ => {}
+            }
+            for n in &f.from {
+                ensure!(
+                    role_of(n).is_some() && Some(n) != f.node.as_ref(),
+                    "fault[{i}].from: {n:?} is not another node of this scenario"
+                );
+            }
+            if let Some(a) = f.after {
+                ensure!(
+                    a < i && f.at_secs.is_some(),
+                    "fault[{i}].after: must name an earlier fault (an index below {i}) and go with at_secs"
+                );
+            }
+            let on_exit = match f.at_exit {
+                Some(true) => {
+                    ensure!(
+                        f.node.is_some(),
+                        "fault[{i}].at_exit: needs a node to watch"
+                    );
+                    Some(())
+                }
+                Some(false) => bail!("fault[{i}].at_exit: only `true` makes sense; leave it out"),
+                None => None,
+            };
+            match (f.at_step, f.at_secs, f.at_announce, on_exit) {
+                (Some(_), None, None, None)
+                | (None, None, Some(_), None)
+                | (None, None, None, Some(())) => {}
+                (None, Some(t), None, None) if t.is_finite() && t >= 0.0 => {}
+                (None, Some(_), None, None) => {
+                    bail!("fault[{i}].at_secs must be a non-negative number")
+                }
+                _ => bail!(
+                    "fault[{i}]: give exactly one of at_step, at_secs, at_announce and at_exit"
+                ),
+            }
+            if f.at_announce.is_some() && f.watch.is_none() {
+                ensure!(
+                    f.node.as_deref().and_then(role_of) == Some("provider"),
+                    "fault[{i}].watch: at_announce on a node that is not a provider needs watch"
+                );
+            }
+            if let Some(w) = &f.watch {
+                ensure!(
+                    f.at_announce.is_some(),
+                    "fault[{i}].watch: only for an at_announce fault"
+                );
+                ensure!(
+                    role_of(w) == Some("provider"),
+                    "fault[{i}].watch: {w:?} is not a node with role provider"
+                );
             }
         }
         Ok(())
@@ -254,6 +369,8 @@ pub struct ScenarioReport {
     pub conserved: bool,
     /// Stake the escrow burned by slashes, in USDC.
     pub burned: String,
+    /// The checks every scenario ends with (see `checks.rs`).
+    pub checks: Checks,
     pub wall_secs: u64,
 }
 
@@ -299,6 +416,7 @@ impl ScenarioReport {
         for (n, s) in &self.stakes {
             out.push_str(&format!("  {n:<12} stake        {s} USDC\n"));
         }
+        out.push_str(&self.checks.text());
         out.push_str(&format!(
             "  wall time {} s; record {}\n",
             self.wall_secs,
@@ -322,7 +440,11 @@ pub async fn run(path: &Path, run_dir: &Path, binary: &Path) -> Result<ScenarioR
         job_file.display()
     );
     std::fs::create_dir_all(run_dir)?;
-    let mut net = Testnet::with_new_chain(run_dir, binary, ChainOpts::default()).await?;
+    let opts = ChainOpts {
+        rpc_proxy: scenario.faults.iter().any(|f| f.action.on_chain()),
+        ..ChainOpts::default()
+    };
+    let mut net = Testnet::with_new_chain(run_dir, binary, opts).await?;
     let mut fired = Vec::new();
     let result = play(&mut net, &scenario, &job_file, run_dir, &mut fired).await;
     if let Err(e) = write_record(&net, run_dir, &fired) {
@@ -350,6 +472,12 @@ async fn play(
         }
         if let Some(f) = &n.fault {
             spec = spec.arg("--fault").arg(f.clone());
+        }
+        if s.faults.iter().any(|f| f.action.partitions()) {
+            // The swarm's connected/disconnected events (debug) show the cut in the record.
+            spec = spec
+                .arg("--test-partition-control")
+                .env("RUST_LOG", "info,gpuchain::event=debug");
         }
         net.spawn(spec).await?;
         match n.role.as_str() {
@@ -382,10 +510,31 @@ async fn play(
     let submitted = Instant::now();
     let job_path = format!("/v1/jobs/{job_id}");
     let chain = net.chain()?.deployer().clone();
-    let mut pending: Vec<&FaultSection> = s.faults.iter().collect();
+    let mut pending: Vec<(usize, &FaultSection)> = s.faults.iter().enumerate().collect();
+    // When each fault fired, in seconds since submission (for `after`).
+    let mut fired_at: Vec<Option<f64>> = vec![None; s.faults.len()];
     let deadline = submitted + Duration::from_secs(s.timeout_secs);
+    // The harness's own reads of anvil may fail for a moment on a loaded machine (a stale
+    // pooled connection, anvil busy); only a chain silent for this long fails the run.
+    const CHAIN_PATIENCE: Duration = Duration::from_secs(30);
+    let mut chain_silent_since: Option<Instant> = None;
     let (outcome, view) = loop {
-        let v = chain.job(job_id).await?;
+        let v = match chain.job(job_id).await {
+            Ok(v) => {
+                chain_silent_since = None;
+                v
+            }
+            Err(e) => {
+                let since = *chain_silent_since.get_or_insert_with(Instant::now);
+                ensure!(
+                    since.elapsed() < CHAIN_PATIENCE,
+                    "the chain did not answer the harness for {CHAIN_PATIENCE:?}: {e:#}"
+                );
+                eprintln!("[scenario] the chain did not answer ({e:#}); asking again");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+        };
         match v.status {
             // Completed once the client's settle has credited what the job did not spend.
             3 if v.settled => break ("completed", v),
@@ -404,45 +553,65 @@ async fn play(
         let elapsed = submitted.elapsed().as_secs_f64();
         let mut i = 0;
         while i < pending.len() {
-            let f = pending[i];
-            let due =
-                f.at_step.is_some_and(|a| step >= a) || f.at_secs.is_some_and(|a| elapsed >= a);
+            let (index, f) = pending[i];
+            let since = match f.after {
+                Some(a) => fired_at.get(a).copied().flatten(),
+                None => Some(0.0),
+            };
+            let due = f.at_step.is_some_and(|a| step >= a)
+                || f.at_secs
+                    .zip(since)
+                    .is_some_and(|(a, since)| elapsed >= since + a)
+                || match f.at_announce {
+                    Some(a) => announced(net, f.watched())?.is_some_and(|s| s >= a),
+                    None => false,
+                }
+                || (f.at_exit == Some(true) && !net.node(f.target())?.is_running());
             if !due {
                 i += 1;
                 continue;
             }
             pending.remove(i);
+            fired_at[index] = Some(elapsed);
+            // Stamped before the action: what it causes must come after its record line.
+            let timestamp_us = crate::events::unix_micros(std::time::SystemTime::now())?;
+            let node = f.target();
             match f.action {
                 Action::Kill => {
-                    net.kill9(&f.node)?;
+                    net.kill9(node)?;
                 }
                 Action::Restart => {
-                    net.restart(&f.node).await?;
+                    net.restart(node).await?;
                 }
-                Action::Pause => net.pause(&f.node)?,
-                Action::Resume => net.resume(&f.node)?,
+                Action::Pause => net.pause(node)?,
+                Action::Resume => net.resume(node)?,
                 Action::Stop => {
-                    net.stop(&f.node).await?;
+                    net.stop(node).await?;
                 }
+                Action::RpcDown => net.chain()?.cut_rpc()?,
+                Action::RpcUp => net.chain()?.restore_rpc()?,
+                Action::Partition => net.partition(node, &f.from, true).await?,
+                Action::Heal => net.partition(node, &f.from, false).await?,
             }
             let ev = RecordLine {
                 node: HARNESS.into(),
-                timestamp_us: crate::events::unix_micros(std::time::SystemTime::now())?,
+                timestamp_us,
                 event: Recorded::Harness(HarnessEvent::ScenarioFault {
                     action: f.action,
-                    target_node: f.node.clone(),
+                    target_node: node.to_string(),
                     at_step: step,
                     at_secs: elapsed,
                 }),
             };
             eprintln!(
                 "[scenario] {:?} {} at step {step} ({elapsed:.1} s)",
-                f.action, f.node
+                f.action, node
             );
             fired.push(ev);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    let checks = crate::checks::run(net, &[job_id]).await?;
     let c = net.chain()?;
     let money = c.deployer().job_money(job_id, c.deploy_block()).await?;
     let mut withdrawable = Vec::new();
@@ -475,9 +644,12 @@ async fn play(
         .iter()
         .map(|a| name_of.get(a).cloned().unwrap_or_else(|| a.to_string()))
         .collect();
-    let conserved = money.conserved()
-        && money.paid_total() + money.fees_total() + money.refunded == money.deposit
-        && credited;
+    // The budget identity and the escrow's books are the checkers'; here, that each node's
+    // balance is its share.
+    let conserved = credited
+        && checks
+            .get(crate::checks::CONSERVED)
+            .is_some_and(|c| c.passed);
     Ok(ScenarioReport {
         name: s.name.clone(),
         run_dir: run_dir.to_path_buf(),
@@ -495,6 +667,21 @@ async fn play(
         refunded: usdc(money.refunded),
         conserved,
         burned: usdc(c.deployer().burned().await?),
+        checks,
         wall_secs: started.elapsed().as_secs(),
     })
+}
+
+/// The highest step node `name` has announced a checkpoint at (in any epoch), from its log;
+/// `None` before its first announce.
+fn announced(net: &Testnet, name: &str) -> Result<Option<u64>> {
+    Ok(net
+        .node(name)?
+        .events()?
+        .iter()
+        .filter_map(|e| match &e.event {
+            NodeEvent::CheckpointAnnounced { step, .. } => Some(*step),
+            _ => None,
+        })
+        .max())
 }

@@ -16,7 +16,7 @@ use crate::process::Signal;
 /// The keystore password every testnet node gets (through a file, as a real node would).
 pub const PASSWORD: &str = "gpuchain-testnet";
 /// How long hellos take to go round once a mesh is connected.
-const HELLO_SETTLE: Duration = Duration::from_secs(2);
+pub(crate) const HELLO_SETTLE: Duration = Duration::from_secs(2);
 /// How long `stop` waits after SIGTERM before it sends SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -333,6 +333,31 @@ impl Testnet {
         proc.terminate(STOP_GRACE)
             .await
             .ok_or_else(|| anyhow!("node {name} is not running"))
+    }
+
+    /// Cuts node `name` off from the nodes `from` (`blocked`), both ways, or heals the cut:
+    /// every node involved must run with `--test-partition-control`. Links among the others
+    /// stay, so gossip may still go round through them.
+    pub async fn partition(&self, name: &str, from: &[String], blocked: bool) -> Result<()> {
+        let node = self.node(name)?;
+        let mut peers = Vec::new();
+        for other in from {
+            let o = self.node(other)?;
+            o.post(
+                "/v1/test/partition",
+                &serde_json::json!({ "peers": [node.peer_id()], "blocked": blocked }),
+            )
+            .await
+            .with_context(|| format!("partitioning {other} from {name}"))?;
+            peers.push(o.peer_id().to_string());
+        }
+        node.post(
+            "/v1/test/partition",
+            &serde_json::json!({ "peers": peers, "blocked": blocked }),
+        )
+        .await
+        .with_context(|| format!("partitioning {name} from {from:?}"))?;
+        Ok(())
     }
 
     /// SIGSTOP: the node freezes without closing a socket, like a hung machine.

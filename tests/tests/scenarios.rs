@@ -59,6 +59,54 @@ fn broken_scenarios_name_the_field() -> Result<()> {
             "fault",
         ),
         (format!("{base}\ncolour = \"red\"\n"), "colour"),
+        // The chain's actions take no node, the nodes' actions need one.
+        (
+            base.replace("action = \"stop\"", "action = \"rpc-down\""),
+            "fault[0].node",
+        ),
+        (base.replace("node = \"v3\"\n", ""), "fault[0].node"),
+        // An announce trigger on a verifier must say whose announces it waits for.
+        (
+            base.replace("at_step = 15", "at_announce = 10"),
+            "fault[0].watch",
+        ),
+        (
+            base.replace("node = \"v3\"", "node = \"v3\"\nwatch = \"p1\""),
+            "fault[0].watch",
+        ),
+        (
+            base.replace("at_step = 15", "at_announce = 10\nwatch = \"v1\""),
+            "fault[0].watch",
+        ),
+        // A partition names whom it cuts off; nothing else does.
+        (
+            base.replace("action = \"stop\"", "action = \"partition\""),
+            "fault[0].from",
+        ),
+        (
+            base.replace("node = \"v3\"", "node = \"v3\"\nfrom = [\"v1\"]"),
+            "fault[0].from",
+        ),
+        (
+            base.replace(
+                "action = \"stop\"",
+                "action = \"partition\"\nfrom = [\"v3\"]",
+            ),
+            "fault[0].from",
+        ),
+        (
+            base.replace("at_step = 15", "at_exit = false"),
+            "fault[0].at_exit",
+        ),
+        (
+            base.replace("at_step = 15", "at_step = 15\nat_exit = true"),
+            "fault[0]",
+        ),
+        // `after` names an earlier fault.
+        (
+            base.replace("at_step = 15", "at_secs = 3\nafter = 0"),
+            "fault[0].after",
+        ),
     ];
     for (i, (text, field)) in cases.iter().enumerate() {
         let path = dir.join(format!("bad{i}.toml"));

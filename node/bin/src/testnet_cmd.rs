@@ -17,6 +17,24 @@ pub enum TestnetCommand {
     Up(UpArgs),
     /// Play a scenario file (nodes, job, faults at a step or a time; see testnet/scenarios/).
     Run(RunArgs),
+    /// Run jobs back to back on a live testnet under a seeded random schedule of faults,
+    /// checking the chain's books after every job; a failing seed reproduces its schedule.
+    Chaos(ChaosArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ChaosArgs {
+    /// The schedule's seed: the same seed fires the same faults at the same times.
+    #[arg(long)]
+    pub seed: u64,
+    /// How long to run, in minutes (faults stop a minute before the end).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1440))]
+    pub minutes: u64,
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -94,6 +112,22 @@ pub fn run(cmd: TestnetCommand) -> Result<()> {
                 Ok(())
             }
             TestnetCommand::Up(a) => up(a, &binary).await,
+            TestnetCommand::Chaos(a) => {
+                let dir = run_dir(a.run_dir, "chaos")?;
+                eprintln!("[chaos] run folder: {}", dir.display());
+                let report = tokio::select! {
+                    r = gpuchain_testnet::chaos::run(&dir, &binary, a.seed, a.minutes) => r?,
+                    _ = tokio::signal::ctrl_c() => {
+                        return Err(anyhow!("chaos seed {} interrupted; every node was stopped (logs in {})", a.seed, dir.display()));
+                    }
+                };
+                if a.json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", report.text());
+                }
+                Ok(())
+            }
             TestnetCommand::Run(a) => {
                 // Check the file before starting anything: a typo costs nothing.
                 gpuchain_testnet::scenario::Scenario::load(&a.scenario)?;

@@ -214,7 +214,13 @@ fn train_loop(
                 Some(parent) => cheat::stale(&job, parent, report.step)?,
                 None => honest,
             },
-            Some(Fault::WrongOrder | Fault::Hang | Fault::RejectAll | Fault::WithholdPay)
+            Some(
+                Fault::WrongOrder
+                | Fault::Hang
+                | Fault::CrashMidCheckpoint
+                | Fault::RejectAll
+                | Fault::WithholdPay,
+            )
             | None => honest,
         };
         let state_hashes: Vec<Hash> = trainer
@@ -225,15 +231,19 @@ fn train_loop(
         let preimages = trainer.interval_preimages()?;
         let step = report.step;
         let prefix = states_prefix(s.job_id, s.epoch);
-        let hash = rt.block_on(async {
+        rt.block_on(async {
             for (h, pre) in preimages {
                 blobs
                     .add_bytes(pre, &format!("{prefix}{step}/{h}"), false)
                     .await?;
             }
-            let tag = format!("gpuchain/checkpoint/{}/{}/{step}", s.job_id, s.epoch);
-            blobs.add_bytes(bytes.clone(), &tag, true).await
+            anyhow::Ok(())
         })?;
+        let tag = format!("gpuchain/checkpoint/{}/{}/{step}", s.job_id, s.epoch);
+        if s.fault == Some(Fault::CrashMidCheckpoint) {
+            crash_mid_write(s, step, rt, &blobs, bytes, tag);
+        }
+        let hash = rt.block_on(blobs.add_bytes(bytes.clone(), &tag, true))?;
         let checkpoint_hash = from_iroh(hash);
         rt.block_on(ctx.input(Input::CheckpointReady {
             job_id: s.job_id,
@@ -265,8 +275,34 @@ fn train_loop(
     Ok(())
 }
 
-/// `--fault hang` (or a hang armed from the API): the training thread stops making progress at `step` (a hung GPU) until
-/// the epoch is cancelled; the roles runtime keeps heartbeating meanwhile.
+/// `--fault crash-mid-checkpoint`: starts storing the checkpoint, then aborts the process a
+/// moment later, while the store is writing it.
+fn crash_mid_write(
+    s: &Start,
+    step: Step,
+    rt: &tokio::runtime::Handle,
+    blobs: &crate::blobs::BlobNode,
+    bytes: Vec<u8>,
+    tag: String,
+) -> ! {
+    crate::events::emit(
+        NodeEvent::FaultEnabled {
+            fault: format!(
+                "CrashMidCheckpoint (job {} epoch {}: aborting while step {step}'s checkpoint is written)",
+                s.job_id, s.epoch
+            ),
+        },
+        "TESTING: the process aborts while it writes a checkpoint",
+    );
+    let blobs = blobs.clone();
+    rt.spawn(async move { blobs.add_bytes(bytes, &tag, true).await });
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    std::process::abort()
+}
+
+/// `--fault hang` (or a hang armed from the API): the training thread stops making progress
+/// at `step` (a hung GPU) until the epoch is cancelled; the roles runtime keeps heartbeating
+/// meanwhile.
 fn hang(s: &Start, step: Step, cancel: &AtomicBool) {
     crate::events::emit(
         NodeEvent::FaultEnabled {

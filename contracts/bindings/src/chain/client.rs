@@ -1065,6 +1065,17 @@ impl ChainClient {
         })
     }
 
+    /// Job `job_id`'s escrow events from `from_block` on, with their blocks, in chain order:
+    /// what an auditor replays to check each payment against the rules.
+    pub async fn job_events(
+        &self,
+        job_id: JobId,
+        from_block: u64,
+    ) -> Result<Vec<(u64, ChainEvent)>, ChainError> {
+        self.escrow_events(Some(B256::from(job_id)), from_block)
+            .await
+    }
+
     /// The escrow's record of every provider and verifier (epochs accepted, rejected, lost,
     /// resigned; decisions signed with the outcome or not), folded from all its job events
     /// from `from_block` on: what `provider status`, `verifier status` and `job status`

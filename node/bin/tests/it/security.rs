@@ -55,6 +55,11 @@ fn routes(hash: &str) -> Vec<(&'static str, String, Option<Value>)> {
             "/v1/test/cheat".into(),
             Some(json!({"fault": "junk"})),
         ),
+        (
+            "POST",
+            "/v1/test/partition".into(),
+            Some(json!({"peers": [], "blocked": true})),
+        ),
     ]
 }
 
@@ -223,6 +228,39 @@ fn a_node_not_started_for_a_testnet_takes_no_cheat_even_with_the_token() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--role provider"), "{err}");
+}
+
+#[test]
+fn a_node_not_started_for_a_testnet_takes_no_partition_even_with_the_token() {
+    let root = tempfile::tempdir().expect("tmp");
+    let a = Node::start("A", &root.path().join("a"), None, &[]);
+    let (code, v) = a.request(
+        "POST",
+        "/v1/test/partition",
+        Some(json!({"peers": [], "blocked": true})),
+        &[],
+    );
+    assert_eq!(code, 403, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("--test-partition-control")),
+        "{v}"
+    );
+    // Started for one, it still refuses what is not a peer id.
+    let b = Node::start(
+        "B",
+        &root.path().join("b"),
+        None,
+        &["--test-partition-control"],
+    );
+    let (code, v) = b.request(
+        "POST",
+        "/v1/test/partition",
+        Some(json!({"peers": ["not-a-peer"], "blocked": true})),
+        &[],
+    );
+    assert_eq!(code, 400, "{v}");
 }
 
 #[test]
