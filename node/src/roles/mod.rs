@@ -260,8 +260,23 @@ impl RoleRuntime {
             RoleEvent::Chain { batch, done } => {
                 for fe in &batch.events {
                     record::chain_event(&fe.event, fe.block_number);
-                    if let ChainEvent::JobCreated { spec_hash, .. } = &fe.event {
-                        self.ctx.library.keep_spec(*spec_hash);
+                    match &fe.event {
+                        ChainEvent::JobCreated { spec_hash, .. } => {
+                            self.ctx.library.keep_spec(*spec_hash);
+                        }
+                        ChainEvent::CheckpointAccepted {
+                            job_id,
+                            epoch,
+                            step,
+                            ..
+                        }
+                        | ChainEvent::CheckpointRejected {
+                            job_id,
+                            epoch,
+                            step,
+                            ..
+                        } => self.training.decided(*job_id, *epoch, *step),
+                        _ => {}
                     }
                     self.machines.handle_input(now, fe.to_input());
                 }

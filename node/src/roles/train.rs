@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{Result, anyhow, bail};
 use gpuchain_protocol::{Epoch, Hash, Input, JobId, JobSpec, Step};
@@ -28,10 +28,22 @@ pub struct Start {
     pub fault: Option<Fault>,
 }
 
-/// The running trainers, by job: the cancel flag each thread checks between steps.
+/// What the runtime and one epoch's training thread share.
+#[derive(Default)]
+pub struct Control {
+    /// Set when the epoch is over: the thread stops before its next step.
+    cancel: AtomicBool,
+    /// The highest step of this epoch that the chain decided (accepted or rejected). The
+    /// interval states up to it can never be spot-checked again, so the thread lets them go;
+    /// until then it keeps them however long the committee takes (a verifier slowed by a dead
+    /// peer's fetches must still find them).
+    decided: AtomicU64,
+}
+
+/// The running trainers, by job.
 #[derive(Default)]
 pub struct Trainers {
-    running: HashMap<JobId, (Epoch, Arc<AtomicBool>)>,
+    running: HashMap<JobId, (Epoch, Arc<Control>)>,
 }
 
 fn states_prefix(job_id: JobId, epoch: Epoch) -> String {
@@ -41,14 +53,14 @@ fn states_prefix(job_id: JobId, epoch: Epoch) -> String {
 impl Trainers {
     pub fn start(&mut self, ctx: Ctx, start: Start) {
         if let Some((_, old)) = self.running.remove(&start.job_id) {
-            old.store(true, Ordering::Relaxed);
+            old.cancel.store(true, Ordering::Relaxed);
         }
-        let cancel = Arc::new(AtomicBool::new(false));
+        let control = Arc::new(Control::default());
         self.running
-            .insert(start.job_id, (start.epoch, cancel.clone()));
+            .insert(start.job_id, (start.epoch, control.clone()));
         tokio::spawn(async move {
             let (job_id, epoch) = (start.job_id, start.epoch);
-            if let Err(e) = run(ctx.clone(), start, cancel).await {
+            if let Err(e) = run(ctx.clone(), start, control).await {
                 let reason = format!("{e:#}");
                 crate::events::emit(
                     NodeEvent::TrainingFailed {
@@ -68,11 +80,20 @@ impl Trainers {
         });
     }
 
+    /// The chain decided the checkpoint at `step` of `job_id`'s `epoch`.
+    pub fn decided(&self, job_id: JobId, epoch: Epoch, step: Step) {
+        if let Some((e, control)) = self.running.get(&job_id)
+            && *e == epoch
+        {
+            control.decided.fetch_max(step, Ordering::Relaxed);
+        }
+    }
+
     pub fn stop(&mut self, ctx: &Ctx, job_id: JobId, epoch: Epoch) {
         if self.running.get(&job_id).is_some_and(|(e, _)| *e == epoch)
-            && let Some((_, cancel)) = self.running.remove(&job_id)
+            && let Some((_, control)) = self.running.remove(&job_id)
         {
-            cancel.store(true, Ordering::Relaxed);
+            control.cancel.store(true, Ordering::Relaxed);
         }
         // A fenced epoch's states can never be checked again.
         let blobs = ctx.handle.blobs().clone();
@@ -82,13 +103,13 @@ impl Trainers {
     }
 
     pub fn stop_all(&mut self) {
-        for (_, (_, cancel)) in self.running.drain() {
-            cancel.store(true, Ordering::Relaxed);
+        for (_, (_, control)) in self.running.drain() {
+            control.cancel.store(true, Ordering::Relaxed);
         }
     }
 }
 
-async fn run(ctx: Ctx, start: Start, cancel: Arc<AtomicBool>) -> Result<()> {
+async fn run(ctx: Ctx, start: Start, control: Arc<Control>) -> Result<()> {
     let spec = ctx.library.spec(start.spec_hash).ok_or_else(|| {
         anyhow!(
             "assigned to job {} but its spec {} was never offered to this node",
@@ -119,7 +140,7 @@ async fn run(ctx: Ctx, start: Start, cancel: Arc<AtomicBool>) -> Result<()> {
     );
     let rt = tokio::runtime::Handle::current();
     crate::compute::run("training", move || {
-        train_loop(&rt, &ctx, &start, &spec, job, resume, &cancel)
+        train_loop(&rt, &ctx, &start, &spec, job, resume, &control)
     })
     .await?
 }
@@ -131,8 +152,9 @@ fn train_loop(
     spec: &JobSpec,
     job: Arc<Job>,
     resume: Option<Vec<u8>>,
-    cancel: &AtomicBool,
+    control: &Control,
 ) -> Result<()> {
+    let cancel = &control.cancel;
     let opts = TrainerOptions {
         keep_states: true,
         ..TrainerOptions::default()
@@ -162,6 +184,8 @@ fn train_loop(
     let blobs = ctx.handle.blobs().clone();
     let mut first = true;
     let mut hang_at = None;
+    // Checkpoint steps whose interval states are still kept, oldest first.
+    let mut kept: std::collections::VecDeque<Step> = std::collections::VecDeque::new();
     while trainer.step_count() < s.until_step {
         if cancel.load(Ordering::Relaxed) {
             return Ok(());
@@ -259,9 +283,12 @@ fn train_loop(
         if keep_start {
             interval_start = Some(bytes);
         }
-        // States two intervals back are decided by now (or never will be).
-        if let Some(old) = step.checked_sub(2 * s.checkpoint_interval) {
-            let _ = rt.block_on(blobs.untag_prefix(&format!("{prefix}{old}/")));
+        kept.push_back(step);
+        let decided = control.decided.load(Ordering::Relaxed);
+        while kept.front().is_some_and(|k| *k <= decided) {
+            if let Some(old) = kept.pop_front() {
+                let _ = rt.block_on(blobs.untag_prefix(&format!("{prefix}{old}/")));
+            }
         }
     }
     crate::events::emit(
