@@ -153,6 +153,34 @@ pub fn parse_jsonl(path: &Path, num_classes: usize) -> Result<Vec<TextExample>> 
     Ok(out)
 }
 
+/// The JSONL form [`parse_jsonl`] reads: how a text job's examples travel in its data blobs.
+pub fn to_jsonl(examples: &[TextExample]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for ex in examples {
+        let row = serde_json::json!({"text": ex.text, "label": ex.label});
+        out.extend_from_slice(row.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+/// The `n` most frequent lower-cased words of `examples` (ties in byte order): a small
+/// encoder's vocabulary. Words split as the word tokenizer's pre-tokenizer does for letters
+/// and digits; anything else becomes its unknown token.
+pub fn word_vocabulary(examples: &[TextExample], n: usize) -> Vec<String> {
+    let mut counts: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    for ex in examples {
+        for w in ex.text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if !w.is_empty() {
+                *counts.entry(w.to_lowercase()).or_default() += 1;
+            }
+        }
+    }
+    let mut words: Vec<(String, u64)> = counts.into_iter().collect();
+    words.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    words.into_iter().take(n).map(|(w, _)| w).collect()
+}
+
 /// Pre-tokenised examples, each truncated or padded (id 0, mask 0) to `max_len`.
 pub struct TextDataset {
     ids: Vec<u32>,

@@ -420,6 +420,17 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 /// A whitespace, lower-casing word-level tokenizer over `words` (id 0 = `[PAD]`, 1 = `[UNK]`):
 /// the tiny BERT's vocabulary, built in memory.
 pub fn word_tokenizer(words: &[&str]) -> Result<Tokenizer> {
+    Tokenizer::from_bytes(word_tokenizer_json(words).as_bytes()).map_err(|e| {
+        TrainerError::Tokenizer {
+            path: "<in-memory word tokenizer>".into(),
+            reason: e.to_string(),
+        }
+    })
+}
+
+/// [`word_tokenizer`] as a `tokenizer.json` (the same words give the same bytes), for a job
+/// that ships its vocabulary as a blob.
+pub fn word_tokenizer_json(words: &[&str]) -> String {
     let mut vocab = serde_json::Map::new();
     vocab.insert("[PAD]".into(), 0.into());
     vocab.insert("[UNK]".into(), 1.into());
@@ -427,7 +438,7 @@ pub fn word_tokenizer(words: &[&str]) -> Result<Tokenizer> {
         let next = vocab.len();
         vocab.entry(w.to_lowercase()).or_insert(next.into());
     }
-    let json = serde_json::json!({
+    serde_json::json!({
         "version": "1.0",
         "truncation": null,
         "padding": null,
@@ -437,11 +448,8 @@ pub fn word_tokenizer(words: &[&str]) -> Result<Tokenizer> {
         "post_processor": null,
         "decoder": null,
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
-    });
-    Tokenizer::from_bytes(json.to_string().as_bytes()).map_err(|e| TrainerError::Tokenizer {
-        path: "<in-memory word tokenizer>".into(),
-        reason: e.to_string(),
     })
+    .to_string()
 }
 
 /// `GPUCHAIN_MINILM_DIR`, else `.cache/models/all-MiniLM-L6-v2` under the workspace root
