@@ -537,6 +537,35 @@ mod tests {
         );
     }
 
+    /// The default text job: the pretrained all-MiniLM-L6-v2 that setup installs travels as
+    /// the model blob (weights, config, tokenizer) and a provider trains from the unpacked copy.
+    #[test]
+    fn pretrained_text_job_ships_the_encoder_as_its_model_blob() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = write(
+            dir.path(),
+            "model = \"bert-lora\"\ntotal_steps = 4\ncheckpoint_interval = 2\neffective_batch = 2\n[text]\nmax_len = 16\n",
+        );
+        let (spec, blobs) = JobFile::load(&p).and_then(|f| f.build(&p)).expect("build");
+        let t = train_spec(&spec).expect("train spec");
+        assert!(matches!(
+            &t.model,
+            ModelSpec::BertLora { base: gpuchain_trainer::BertBase::Pretrained { name }, .. }
+                if *name == hex::encode(spec.model_blob)
+        ));
+        let model_dir = dir.path().join(MODEL_SUBDIR);
+        let names = bundle::unpack_to_dir(&blobs.model, &model_dir).expect("model");
+        assert_eq!(names, text_job::PRETRAINED_FILES);
+        bundle::unpack_to_dir(&blobs.train, dir.path()).expect("train");
+        bundle::unpack_to_dir(&blobs.eval, dir.path()).expect("eval");
+        let cpu = gpuchain_trainer::DeviceChoice::Cpu.open().expect("cpu");
+        let job = Job::bert_lora_dirs(t, &model_dir, dir.path(), cpu).expect("job");
+        let mut tr =
+            gpuchain_trainer::Trainer::new(Arc::new(job), 1, Default::default()).expect("trainer");
+        let r = tr.step().expect("step");
+        assert!(r.loss.is_finite(), "{r:?}");
+    }
+
     #[test]
     fn text_job_files_and_specs_refuse_what_does_not_fit() {
         let dir = tempfile::tempdir().expect("tmp");
