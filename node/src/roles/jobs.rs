@@ -492,6 +492,21 @@ mod tests {
             panic!("not bert-lora: {:?}", t.model);
         };
         assert_eq!((*num_classes, *max_len, *rank), (4, 32, 4));
+        // The targets listed in another order make the same job.
+        let text = std::fs::read_to_string(&p).expect("job file");
+        let dir0 = tempfile::tempdir().expect("tmp");
+        let flipped = write(
+            dir0.path(),
+            &text.replace(
+                "targets = [\"query\", \"value\"]",
+                "targets = [\"value\", \"query\"]",
+            ),
+        );
+        assert_ne!(text, std::fs::read_to_string(&flipped).expect("flipped"));
+        let (again, _) = JobFile::load(&flipped)
+            .and_then(|f| f.build(&flipped))
+            .expect("build");
+        assert_eq!(again.spec_hash(), spec.spec_hash());
 
         let dir = tempfile::tempdir().expect("tmp");
         let model_dir = dir.path().join(MODEL_SUBDIR);
@@ -601,6 +616,14 @@ mod tests {
             .and_then(|f| f.build(&p))
             .expect_err("unknown base");
         assert!(e.to_string().contains("model_dir"), "{e}");
+        let p = write(
+            dir.path(),
+            "model = \"bert-lora\"\ntotal_steps = 4\ncheckpoint_interval = 2\n[text]\nbase = \"tiny\"\ntargets = [\"query\", \"ffn\"]\n",
+        );
+        let e = JobFile::load(&p)
+            .and_then(|f| f.build(&p))
+            .expect_err("unknown target");
+        assert!(e.to_string().contains("ffn"), "{e}");
 
         // A spec a hostile client built by hand: an extra key no node knows is refused.
         let good = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -13,7 +13,7 @@ use gpuchain_trainer::data::fortunes::{DEFAULT_CATEGORIES, load_fortunes};
 use gpuchain_trainer::data::{bundle, to_jsonl, word_vocabulary};
 use gpuchain_trainer::job::{EVAL_JSONL, TINY_VOCAB, TOKENIZER_FILE, TRAIN_JSONL};
 use gpuchain_trainer::model::bert::{minilm_dir, word_tokenizer_json};
-use gpuchain_trainer::{BertBase, ModelSpec};
+use gpuchain_trainer::{BertBase, LoraTarget, ModelSpec};
 use serde::Deserialize;
 
 /// The pretrained base a job file can name without a `model_dir` (`scripts/setup` installs it).
@@ -38,6 +38,9 @@ pub const TINY_INTERMEDIATE: RangeInclusive<usize> = 1..=1024;
 /// The spec's `hyper.extra` keys of a text job (besides the ones every job has).
 const RANK_KEY: &str = "lora_rank";
 const ALPHA_KEY: &str = "lora_alpha";
+/// The targets as a bit set (query 1, key 2, value 4): one number per set, whatever the order
+/// the job file listed them in.
+const TARGETS_KEY: &str = "lora_targets";
 const MAX_LEN_KEY: &str = "max_len";
 const CLASSES_KEY: &str = "num_classes";
 const TINY_KEYS: [&str; 4] = [
@@ -60,6 +63,8 @@ pub struct TextFile {
     pub tiny: TinyFile,
     pub rank: usize,
     pub alpha: f64,
+    /// Attention projections that carry LoRA: any of "query", "key", "value".
+    pub targets: Vec<String>,
     /// Tokens per example (longer quotations are truncated).
     pub max_len: usize,
     /// Fortune categories, one class each, in label order.
@@ -74,6 +79,10 @@ impl Default for TextFile {
             tiny: TinyFile::default(),
             rank: 8,
             alpha: 16.0,
+            targets: LoraTarget::DEFAULT
+                .iter()
+                .map(|t| t.name().to_string())
+                .collect(),
             max_len: 64,
             categories: DEFAULT_CATEGORIES.iter().map(|c| c.to_string()).collect(),
         }
@@ -122,8 +131,19 @@ impl TextFile {
                 eval.len()
             );
         }
+        let mut bits = 0u32;
+        for name in &self.targets {
+            let t = LoraTarget::parse(name).ok_or_else(|| {
+                anyhow!("text.targets: {name:?} is not one of \"query\", \"key\", \"value\"")
+            })?;
+            bits |= target_bit(t);
+        }
+        if bits == 0 {
+            bail!("text.targets is empty: name the projections that carry LoRA");
+        }
         let mut extra = BTreeMap::new();
         extra.insert(RANK_KEY.into(), self.rank as f64);
+        extra.insert(TARGETS_KEY.into(), f64::from(bits));
         extra.insert(ALPHA_KEY.into(), self.alpha);
         extra.insert(MAX_LEN_KEY.into(), self.max_len as f64);
         extra.insert(CLASSES_KEY.into(), cats.len() as f64);
@@ -164,6 +184,10 @@ impl TextFile {
     }
 }
 
+fn target_bit(t: LoraTarget) -> u32 {
+    1 << (t as u32)
+}
+
 /// An integer the client put in `extra`, refused unless whole and inside `range`.
 fn int(extra: &BTreeMap<String, f64>, key: &str, range: &RangeInclusive<usize>) -> Result<usize> {
     let v = *extra
@@ -181,7 +205,7 @@ fn int(extra: &BTreeMap<String, f64>, key: &str, range: &RangeInclusive<usize>) 
 
 /// The keys a text job's `extra` may hold besides `common`.
 pub fn known_keys() -> impl Iterator<Item = &'static str> {
-    [RANK_KEY, ALPHA_KEY, MAX_LEN_KEY, CLASSES_KEY]
+    [RANK_KEY, ALPHA_KEY, TARGETS_KEY, MAX_LEN_KEY, CLASSES_KEY]
         .into_iter()
         .chain(TINY_KEYS)
 }
@@ -200,6 +224,12 @@ pub fn model_spec(extra: &BTreeMap<String, f64>, model_blob: Hash, seed: u64) ->
             ALPHA.end()
         );
     }
+    let bits = int(extra, TARGETS_KEY, &(1..=(1 << LoraTarget::ALL.len()) - 1))? as u32;
+    // In ascending order: the trainer's canonical form.
+    let targets: Vec<LoraTarget> = LoraTarget::ALL
+        .into_iter()
+        .filter(|t| bits & target_bit(*t) != 0)
+        .collect();
     let max_len = int(extra, MAX_LEN_KEY, &MAX_LEN)?;
     let num_classes = int(extra, CLASSES_KEY, &NUM_CLASSES)?;
     let base = if TINY_KEYS.iter().any(|k| extra.contains_key(*k)) {
@@ -229,6 +259,7 @@ pub fn model_spec(extra: &BTreeMap<String, f64>, model_blob: Hash, seed: u64) ->
         base,
         rank,
         alpha,
+        targets,
         num_classes,
         max_len,
     })
@@ -246,6 +277,7 @@ mod tests {
         extra(&[
             ("lora_rank", 4.0),
             ("lora_alpha", 8.0),
+            ("lora_targets", 5.0),
             ("max_len", 32.0),
             ("num_classes", 4.0),
             ("tiny_layers", 1.0),
@@ -262,8 +294,9 @@ mod tests {
             ok,
             ModelSpec::BertLora {
                 base: BertBase::TinyRandom { .. },
+                ref targets,
                 ..
-            }
+            } if *targets == LoraTarget::DEFAULT
         ));
         for (key, v) in [
             ("max_len", 1e9),
@@ -274,6 +307,9 @@ mod tests {
             ("num_classes", 1e12),
             ("num_classes", 1.0),
             ("lora_alpha", -1.0),
+            ("lora_targets", 0.0),
+            ("lora_targets", 8.0),
+            ("lora_targets", 1.5),
             ("tiny_hidden", 1e6),
             ("tiny_layers", 1e4),
             ("tiny_heads", 3.0),

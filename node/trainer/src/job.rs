@@ -214,13 +214,22 @@ impl Job {
             ModelSpec::BertLora {
                 rank,
                 alpha,
+                targets,
                 num_classes,
                 ..
             } => {
                 let enc = self.encoder.clone().ok_or_else(|| {
                     TrainerError::Model("bert-lora job without an encoder".into())
                 })?;
-                Box::new(BertLora::new(enc, *rank, *alpha, *num_classes, seed, dev)?)
+                Box::new(BertLora::new(
+                    enc,
+                    *rank,
+                    *alpha,
+                    targets,
+                    *num_classes,
+                    seed,
+                    dev,
+                )?)
             }
         })
     }
