@@ -3,6 +3,9 @@
 //! returns junk and is refused, provider B finishes. Every figure printed is measured: times
 //! from the nodes' event logs, balances from the chain. The whole run is kept as a record
 //! (JSON lines, every node's events in time order) in the run folder.
+//!
+//! `--job text` tells the same story on a bert-lora job (Debian fortunes by category, LoRA on a
+//! tiny random encoder), at the same steps and prices.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -29,17 +32,95 @@ pub const PRICE_P: u64 = 2_000;
 pub const PRICE_B: u64 = 3_000;
 const JOB_TIMEOUT: Duration = Duration::from_secs(1800);
 
-const JOB_FILE: &str = r#"# The 4 Nov demo job (gpuchain testnet demo).
+/// A job the demo can replay the story on: its job file and the numbers the story needs.
+#[derive(Debug, Clone, Copy)]
+pub struct DemoJob {
+    /// What `--job` names.
+    pub name: &'static str,
+    pub file: &'static str,
+    pub total_steps: u64,
+    pub interval: u64,
+    /// A is killed at the first step it reports from here on, once the checkpoint before it
+    /// is accepted (and before the next checkpoint).
+    pub kill_at_step: u64,
+    /// Held-out examples the quality test scores.
+    pub eval_examples: u64,
+}
+
+/// The product page's job.
+pub const FASHION: DemoJob = DemoJob {
+    name: "fashion",
+    file: r#"# The 4 Nov demo job (gpuchain testnet demo).
 model = "fashion-cnn"
 total_steps = 400
 checkpoint_interval = 50
 eval_examples = 2000
-"#;
+"#,
+    total_steps: TOTAL_STEPS,
+    interval: INTERVAL,
+    kill_at_step: KILL_AT_STEP,
+    eval_examples: 2000,
+};
+
+/// The story on the text job: LoRA on a tiny random encoder, so it runs in minutes on CPU.
+pub const TEXT: DemoJob = DemoJob {
+    name: "text",
+    file: r#"# The 4 Nov story on a text job (gpuchain testnet demo --job text): Debian fortunes
+# classified by category (computers, politics, science, work), LoRA on a tiny random encoder.
+model = "bert-lora"
+total_steps = 400
+checkpoint_interval = 50
+effective_batch = 16
+eval_examples = 296
+
+[hyper]
+learning_rate = 1e-2
+
+[text]
+base = "tiny"
+rank = 4
+alpha = 8.0
+max_len = 32
+
+[text.tiny]
+layers = 1
+hidden = 64
+heads = 2
+intermediate = 128
+
+[quality]
+min_accuracy = 0.2
+after_step = 100
+max_accuracy_drop = 0.1
+"#,
+    total_steps: TOTAL_STEPS,
+    interval: INTERVAL,
+    kill_at_step: KILL_AT_STEP,
+    eval_examples: 296,
+};
+
+/// The jobs `--job` accepts.
+pub const JOBS: [DemoJob; 2] = [FASHION, TEXT];
+
+impl DemoJob {
+    pub fn named(name: &str) -> Result<DemoJob> {
+        JOBS.iter()
+            .find(|j| j.name == name)
+            .copied()
+            .ok_or_else(|| {
+                let names: Vec<&str> = JOBS.iter().map(|j| j.name).collect();
+                anyhow::anyhow!("no demo job named {name:?}: pick one of {names:?}")
+            })
+    }
+}
 
 /// What the demo measured; `gpuchain testnet demo --json` prints it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoReport {
     pub run_dir: PathBuf,
+    /// The demo job's name (`fashion`, `text`).
+    pub job: String,
+    pub total_steps: u64,
     pub job_id: String,
     pub killed_at_step: u64,
     pub last_accepted_before_kill: u64,
@@ -93,7 +174,13 @@ fn progress(msg: &str) {
 }
 
 /// Runs the demo in `run_dir` with the given `gpuchain` binary.
+/// The product page's run, on its fashion-cnn job.
 pub async fn run(run_dir: &Path, binary: &Path) -> Result<DemoReport> {
+    run_job(run_dir, binary, &FASHION).await
+}
+
+/// The story on `job`.
+pub async fn run_job(run_dir: &Path, binary: &Path, job: &DemoJob) -> Result<DemoReport> {
     let started = Instant::now();
     std::fs::create_dir_all(run_dir)
         .with_context(|| format!("cannot create the run folder {}", run_dir.display()))?;
@@ -104,7 +191,7 @@ pub async fn run(run_dir: &Path, binary: &Path) -> Result<DemoReport> {
         "dashboard (open it in a browser): {}",
         dashboard.url()
     ));
-    let result = drive(&mut net, run_dir, started).await;
+    let result = drive(&mut net, run_dir, started, job).await;
     if let Err(e) = write_record(&net, run_dir, &[]) {
         progress(&format!("could not write the run record: {e:#}"));
     }
@@ -117,7 +204,13 @@ pub async fn run(run_dir: &Path, binary: &Path) -> Result<DemoReport> {
     result
 }
 
-async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<DemoReport> {
+async fn drive(
+    net: &mut Testnet,
+    run_dir: &Path,
+    started: Instant,
+    job: &DemoJob,
+) -> Result<DemoReport> {
+    let (total_steps, interval, kill_at) = (job.total_steps, job.interval, job.kill_at_step);
     progress("starting the client, two verifiers and providers A, P (junk) and B");
     for (name, role) in [
         ("client", "client"),
@@ -149,10 +242,11 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
     net.wait_mesh("client").await?;
 
     let job_file = run_dir.join("job.toml");
-    std::fs::write(&job_file, JOB_FILE)?;
-    progress(
-        "submitting the job: 400 steps, checkpoint every 50, budget 5 USDC, a committee of 2 drawn by the escrow, quorum 2",
-    );
+    std::fs::write(&job_file, job.file)?;
+    progress(&format!(
+        "submitting the {} job: {total_steps} steps, checkpoint every {interval}, budget 5 USDC, a committee of 2 drawn by the escrow, quorum 2",
+        job.name
+    ));
     let job_num = net
         .submit_job(
             "client",
@@ -172,24 +266,29 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
     let client = net.node("client")?;
     let job_path = format!("/v1/jobs/{job_num}");
 
-    // Kill A once it has trained past step 158 (mid-interval, 150 accepted).
+    // Kill A once it has trained past step 158 (mid-interval) and 150 is accepted: a job whose
+    // verifiers take longer than 8 steps is killed a little later, still mid-interval.
     let chain = net.chain()?.deployer().clone();
     let mut last_print = Instant::now();
     let mut killed: Option<(SystemTime, u64, u64)> = None;
-    poll_until("A to reach step 158", JOB_TIMEOUT, async || {
+    let accepted_before = kill_at / interval * interval;
+    poll_until("A to reach the kill point", JOB_TIMEOUT, async || {
         let view = client.get(&job_path).await?;
         let reported = view["last_reported_step"].as_u64().unwrap_or(0);
         let accepted = view["last_accepted"].as_u64().unwrap_or(0);
         if last_print.elapsed() > Duration::from_secs(5) {
             last_print = Instant::now();
             progress(&format!(
-                "A training: step {reported}/{TOTAL_STEPS}, {accepted} accepted"
+                "A training: step {reported}/{total_steps}, {accepted} accepted"
             ));
         }
-        // The job left A (or A ran past the point): a failure to report, not a "not yet"
-        // to poll on until the timeout.
+        // The job left A, or A reached the next checkpoint first: failures to report, not a
+        // "not yet" to poll on until the timeout (an error here would be polled again).
         let v = chain.job(job_num).await?;
-        if reported >= KILL_AT_STEP || v.epoch > 1 {
+        if v.epoch > 1
+            || reported >= accepted_before + interval
+            || (reported >= kill_at && accepted >= accepted_before)
+        {
             killed = Some((SystemTime::now(), reported, accepted));
             return Ok(true);
         }
@@ -204,9 +303,9 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
              says why (provider_lost: a host too loaded to keep A's heartbeats on time?)"
         );
     }
-    if reported >= KILL_AT_STEP + INTERVAL / 2 || accepted < KILL_AT_STEP / INTERVAL * INTERVAL {
+    if reported >= accepted_before + interval {
         bail!(
-            "A ran past the kill point before it could be killed (step {reported}, accepted {accepted})"
+            "A reached the next checkpoint before it could be killed (step {reported}, accepted {accepted})"
         );
     }
     let kill_time = net.kill9("A")?;
@@ -235,7 +334,7 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
             last_print = Instant::now();
             let view = client.get(&job_path).await.unwrap_or(Value::Null);
             progress(&format!(
-                "epoch {}: step {}/{TOTAL_STEPS}, {} accepted",
+                "epoch {}: step {}/{total_steps}, {} accepted",
                 v.epoch, view["last_reported_step"], v.lastAcceptedStep
             ));
         }
@@ -293,11 +392,11 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
             "verifier-1",
             |e| match &e.event {
                 NodeEvent::QualityTest {
-                    step: TOTAL_STEPS,
+                    step,
                     pass: true,
                     accuracy,
                     ..
-                } => Some(*accuracy),
+                } if *step == total_steps => Some(*accuracy),
                 _ => None,
             },
             wait,
@@ -340,6 +439,8 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
 
     Ok(DemoReport {
         run_dir: run_dir.to_path_buf(),
+        job: job.name.into(),
+        total_steps,
         job_id: job_num.to_string(),
         killed_at_step: reported,
         last_accepted_before_kill: accepted,
@@ -351,7 +452,7 @@ async fn drive(net: &mut Testnet, run_dir: &Path, started: Instant) -> Result<De
         junk_accuracy: Some(junk_accuracy),
         previous_accuracy,
         final_accuracy: Some(final_accuracy),
-        eval_examples: 2000,
+        eval_examples: job.eval_examples,
         paid_a: usdc(paid_a),
         paid_p: usdc(paid_p),
         paid_b: usdc(paid_b),
@@ -389,8 +490,11 @@ impl DemoReport {
             (
                 "steps lost",
                 format!(
-                    "{} of {TOTAL_STEPS} (A killed at step {}, {} accepted)",
-                    self.steps_lost, self.killed_at_step, self.last_accepted_before_kill
+                    "{} of {} (A killed at step {}, {} accepted)",
+                    self.steps_lost,
+                    self.total_steps,
+                    self.killed_at_step,
+                    self.last_accepted_before_kill
                 ),
             ),
             (
@@ -441,8 +545,12 @@ impl DemoReport {
             .map(|(k, _)| k.chars().count())
             .max()
             .unwrap_or(0);
-        let mut out = String::from(
-            "gpuchain demo: the 4 Nov run, measured (balances read from the chain)\n\n",
+        let on = match self.job.as_str() {
+            "fashion" => String::new(),
+            other => format!(" on the {other} job"),
+        };
+        let mut out = format!(
+            "gpuchain demo: the 4 Nov run{on}, measured (balances read from the chain)\n\n"
         );
         for (k, v) in rows {
             out.push_str(&format!("  {k:<width$}  {v}\n"));

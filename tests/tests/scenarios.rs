@@ -267,3 +267,103 @@ async fn a_hostile_client_can_neither_slash_nor_withhold_pay() -> Result<()> {
     );
     Ok(())
 }
+
+/// A base-unit amount from a report's USDC figure (`"0.03"` → 30,000).
+fn units(usdc: &str) -> Result<u64> {
+    let (whole, frac) = usdc.split_once('.').unwrap_or((usdc, ""));
+    ensure!(frac.len() <= 6, "{usdc} has more than 6 decimals");
+    Ok(whole.parse::<u64>()? * 1_000_000 + format!("{frac:0<6}").parse::<u64>()?)
+}
+
+/// The start step of epoch 2, from the client's `chain_assigned` in the run record.
+fn epoch_2_start(dir: &Path) -> Result<u64> {
+    read_record(&dir.join(RECORD_FILE))?
+        .iter()
+        .filter(|l| l.node == "client")
+        .find_map(|l| match l.node_event() {
+            Some(gpuchain_testnet::NodeEvent::ChainAssigned {
+                epoch: 2,
+                start_step,
+                ..
+            }) => Some(*start_step),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow::anyhow!("no epoch 2 in the record"))
+}
+
+/// The text job end to end: a bert-lora job (tiny encoder) whose provider is killed
+/// mid-interval completes on the replacement, which resumed from the last accepted
+/// checkpoint, and every accepted step is paid once, to the unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_text_job_survives_a_killed_provider_and_pays_each_accepted_step_once() -> Result<()> {
+    let (report, dir) = play("text-failover").await?;
+    ensure!(report.outcome == "completed", "{}", report.text());
+    ensure!(report.last_accepted_step == 80, "{}", report.text());
+    ensure!(report.faults_fired.len() == 1, "{}", report.text());
+    // Killed after step 45, p1 had checkpoints accepted (verifying one takes about as long
+    // as training ten steps): p2 resumed from the last of them, not from scratch.
+    let start = epoch_2_start(&dir)?;
+    ensure!(
+        start % 20 == 0 && (20..=40).contains(&start),
+        "epoch 2 started at {start}"
+    );
+    // p1 is paid for the steps accepted before it died, p2 for the rest: nothing twice.
+    for (node, steps, price) in [("p1", start, 1_000), ("p2", 80 - start, 2_000)] {
+        let paid = of(&report.paid, node).unwrap_or_else(|| "0".into());
+        ensure!(
+            units(&paid)? == steps * price
+                && of(&report.withdrawable, node).as_deref() == Some(paid.as_str()),
+            "{node} paid {paid} for {steps} steps: {}",
+            report.text()
+        );
+    }
+    // Dying is not cheating: no stake burned.
+    ensure!(report.burned == "0.00", "{}", report.text());
+    ensure!(report.conserved, "{}", report.text());
+    Ok(())
+}
+
+/// Text checkpoints that are not the work are refused: junk (fresh weights) and stale (the
+/// interval's start resubmitted), each slashed and unpaid; the honest provider finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn junk_and_stale_text_checkpoints_are_refused_and_slashed() -> Result<()> {
+    let (report, dir) = play("text-cheats").await?;
+    ensure!(report.outcome == "completed", "{}", report.text());
+    ensure!(report.last_accepted_step == 80, "{}", report.text());
+    ensure!(report.epochs >= 3, "{}", report.text());
+    for cheat in ["p1", "p2"] {
+        let paid = of(&report.paid, cheat).unwrap_or_else(|| "0".into());
+        ensure!(units(&paid)? == 0, "{cheat} was paid: {}", report.text());
+    }
+    ensure!(
+        units(&of(&report.paid, "p3").unwrap_or_default())? == 80 * 3_000,
+        "{}",
+        report.text()
+    );
+    // Each cheat's whole bonded stake (100) was reserved for its epoch and burned.
+    ensure!(report.burned == "200.00", "{}", report.text());
+    for cheat in ["p1", "p2"] {
+        ensure!(
+            of(&report.stakes, cheat).as_deref() == Some("0.00"),
+            "{cheat}: {}",
+            report.text()
+        );
+    }
+    ensure!(report.conserved, "{}", report.text());
+    // Each verifier voted against epochs 1 (junk) and 2 (stale).
+    let record = read_record(&dir.join(RECORD_FILE))?;
+    for v in ["v1", "v2"] {
+        for epoch in [1, 2] {
+            ensure!(
+                record.iter().any(|l| l.node == v
+                    && matches!(
+                        l.node_event(),
+                        Some(gpuchain_testnet::NodeEvent::VotePublished { accept: false, epoch: e, .. })
+                            if *e == epoch
+                    )),
+                "{v} never voted against epoch {epoch}"
+            );
+        }
+    }
+    Ok(())
+}

@@ -57,6 +57,10 @@ pub struct DemoArgs {
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// The job to replay the story on: `fashion` (the product page's fashion-cnn) or `text`
+    /// (bert-lora on Debian fortunes, tiny encoder).
+    #[arg(long, default_value = "fashion")]
+    pub job: String,
 }
 
 #[derive(Debug, Args)]
@@ -96,10 +100,12 @@ pub fn run(cmd: TestnetCommand) -> Result<()> {
     rt.block_on(async move {
         match cmd {
             TestnetCommand::Demo(a) => {
+                // Check the name before starting anything.
+                let job = demo::DemoJob::named(&a.job)?;
                 let dir = run_dir(a.run_dir, "demo")?;
                 eprintln!("[demo] run folder: {}", dir.display());
                 let report = tokio::select! {
-                    r = demo::run(&dir, &binary) => r?,
+                    r = demo::run_job(&dir, &binary, &job) => r?,
                     _ = tokio::signal::ctrl_c() => {
                         return Err(anyhow!("interrupted; every node was stopped (logs in {})", dir.display()));
                     }

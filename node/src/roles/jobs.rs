@@ -14,6 +14,7 @@ use gpuchain_trainer::{Job, ModelSpec, OptimSpec, QualitySpec, TrainSpec};
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
+use super::text_job::{self, TextFile};
 use crate::blobs::BlobNode;
 
 /// The `model_blob` of a fashion-cnn job: the architecture is built into the trainer, so
@@ -25,12 +26,14 @@ pub const DEFAULT_FASHION_DIR: &str = "/usr/share/datasets/fashion-mnist";
 pub const FASHION_DIR_ENV: &str = "GPUCHAIN_FASHION_MNIST_DIR";
 
 /// The job file (`gpuchain job submit --spec job.toml`). Everything but the step counts has
-/// a default that reproduces the product page's fashion-cnn run.
+/// a default that reproduces the product page's fashion-cnn run; a `bert-lora` job describes
+/// its model and classes in `[text]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobFile {
     pub model: ModelKind,
-    /// Folder with the Fashion-MNIST `.gz` files; relative paths are relative to the job file.
+    /// Folder with the data set's files (Fashion-MNIST's `.gz` files; for `bert-lora` the
+    /// fortune category files); relative paths are relative to the job file.
     pub data_dir: Option<PathBuf>,
     #[serde(default = "default_seed")]
     pub seed: u64,
@@ -47,6 +50,8 @@ pub struct JobFile {
     pub hyper: HyperFile,
     #[serde(default)]
     pub quality: QualityFile,
+    /// `bert-lora` only: base model, LoRA, sequence length, categories.
+    pub text: Option<TextFile>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -144,6 +149,9 @@ impl JobFile {
         match &self.data_dir {
             Some(d) if d.is_absolute() => d.clone(),
             Some(d) => job_file.parent().unwrap_or(Path::new(".")).join(d),
+            None if self.model == ModelKind::BertLora => {
+                gpuchain_trainer::data::fortunes::fortunes_dir()
+            }
             None => std::env::var_os(FASHION_DIR_ENV)
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_FASHION_DIR)),
@@ -153,24 +161,38 @@ impl JobFile {
     /// Packs the data and builds the spec naming it. Fails on anything the trainer would
     /// refuse later, so a bad job never reaches the chain.
     pub fn build(&self, job_file: &Path) -> Result<(JobSpec, JobBlobs)> {
-        if self.model != ModelKind::FashionCnn {
-            bail!(
-                "job file {}: model {:?} cannot be submitted by this node yet; use \"fashion-cnn\"",
-                job_file.display(),
-                self.model
-            );
-        }
         let dir = self.data_dir(job_file);
-        let train = bundle::pack_dir_files(&dir, &bundle::FASHION_TRAIN_FILES)
-            .map_err(|e| anyhow!("job data in {}: {e}", dir.display()))?;
-        let eval = bundle::pack_dir_files(&dir, &bundle::FASHION_EVAL_FILES)
-            .map_err(|e| anyhow!("job data in {}: {e}", dir.display()))?;
-        let blobs = JobBlobs {
-            model: FASHION_CNN_MODEL.to_vec(),
-            train,
-            eval,
+        let (blobs, mut extra) = match (self.model, &self.text) {
+            (ModelKind::FashionCnn, Some(_)) => bail!(
+                "job file {}: a [text] section belongs to a bert-lora job, not fashion-cnn",
+                job_file.display()
+            ),
+            (ModelKind::FashionCnn, None) => {
+                let train = bundle::pack_dir_files(&dir, &bundle::FASHION_TRAIN_FILES)
+                    .map_err(|e| anyhow!("job data in {}: {e}", dir.display()))?;
+                let eval = bundle::pack_dir_files(&dir, &bundle::FASHION_EVAL_FILES)
+                    .map_err(|e| anyhow!("job data in {}: {e}", dir.display()))?;
+                let blobs = JobBlobs {
+                    model: FASHION_CNN_MODEL.to_vec(),
+                    train,
+                    eval,
+                };
+                (blobs, BTreeMap::new())
+            }
+            (ModelKind::BertLora, text) => {
+                let p = text
+                    .clone()
+                    .unwrap_or_default()
+                    .pack(&dir, job_file)
+                    .map_err(|e| anyhow!("job file {}: {e:#}", job_file.display()))?;
+                let blobs = JobBlobs {
+                    model: p.model,
+                    train: p.train,
+                    eval: p.eval,
+                };
+                (blobs, p.extra)
+            }
         };
-        let mut extra = BTreeMap::new();
         extra.insert("min_lr_ratio".to_string(), self.hyper.min_lr_ratio);
         extra.insert("eval_examples".to_string(), self.eval_examples as f64);
         let spec = JobSpec {
@@ -219,14 +241,28 @@ pub fn from_iroh(h: iroh_blobs::Hash) -> Hash {
     Hash::from(*h.as_bytes())
 }
 
+/// The `hyper.extra` keys of every job.
+const COMMON_EXTRA: [&str; 2] = ["min_lr_ratio", "eval_examples"];
+
 /// The trainer's view of a protocol spec. Every provider and verifier derives it the same
 /// way, so checkpoints carry the same fingerprint.
 pub fn train_spec(spec: &JobSpec) -> Result<TrainSpec> {
+    let extra = &spec.hyper.extra;
     let model = match spec.model {
         ModelKind::FashionCnn => ModelSpec::FashionCnn,
-        ModelKind::BertLora => bail!("bert-lora jobs are not run by this node yet"),
+        ModelKind::BertLora => {
+            // Anything else in `extra` would change the spec hash without changing the
+            // training: two jobs that train the same would look different.
+            let known: Vec<&str> = COMMON_EXTRA
+                .into_iter()
+                .chain(text_job::known_keys())
+                .collect();
+            if let Some(k) = extra.keys().find(|k| !known.contains(&k.as_str())) {
+                bail!("the bert-lora job's hyper-parameter {k:?} is not one this node knows");
+            }
+            text_job::model_spec(extra, spec.model_blob, spec.seed)?
+        }
     };
-    let extra = &spec.hyper.extra;
     let eval_examples = extra.get("eval_examples").copied().unwrap_or(2000.0);
     if !(1.0..=1e7).contains(&eval_examples) {
         bail!("the job's eval_examples ({eval_examples}) must be between 1 and 10 million");
@@ -252,6 +288,10 @@ pub fn train_spec(spec: &JobSpec) -> Result<TrainSpec> {
         },
     })
 }
+
+/// Where a job's model blob is unpacked, under its data folder (the data bundles hold plain
+/// file names, so they cannot reach into it).
+const MODEL_SUBDIR: &str = "model";
 
 /// Specs seen (offers, own submissions) by spec hash, which of them the chain has jobs for,
 /// and jobs built from fetched data. Shared by the runtime and its tasks; the machines' outputs
@@ -308,10 +348,21 @@ impl JobLibrary {
         }
         let tspec = train_spec(spec)?;
         let model = fetch_bytes(blobs, spec.model_blob).await?;
-        if model != FASHION_CNN_MODEL {
-            bail!("the job's model blob is not the fashion-cnn descriptor this node knows");
-        }
         let dir = crate::datadir::job_data_dir(data_dir, spec_hash.as_slice());
+        let model_dir = dir.join(MODEL_SUBDIR);
+        match spec.model {
+            ModelKind::FashionCnn if model != FASHION_CNN_MODEL => {
+                bail!("the job's model blob is not the fashion-cnn descriptor this node knows")
+            }
+            ModelKind::FashionCnn => {}
+            ModelKind::BertLora => {
+                let to = model_dir.clone();
+                tokio::task::spawn_blocking(move || bundle::unpack_to_dir(&model, &to))
+                    .await
+                    .map_err(|e| anyhow!("unpacking the job's model: {e}"))?
+                    .map_err(|e| anyhow!("the job's model blob is malformed: {e}"))?;
+            }
+        }
         for blob in [spec.dataset_blob, spec.eval_blob] {
             let bytes = fetch_bytes(blobs, blob).await?;
             let dir = dir.clone();
@@ -322,7 +373,10 @@ impl JobLibrary {
         }
         let job = tokio::task::spawn_blocking(move || -> Result<Job> {
             let device = gpuchain_trainer::DeviceChoice::Cpu.open()?;
-            Ok(Job::fashion(tspec, &dir, device)?)
+            Ok(match tspec.model {
+                ModelSpec::BertLora { .. } => Job::bert_lora_dirs(tspec, &model_dir, &dir, device)?,
+                _ => Job::fashion(tspec, &dir, device)?,
+            })
         })
         .await
         .map_err(|e| anyhow!("loading job data: {e}"))??;
@@ -415,6 +469,171 @@ mod tests {
         assert_eq!(t.job_id, hex::encode(spec.spec_hash()));
         assert_eq!(t.optim.min_lr_ratio, 0.05);
         assert_eq!(t.quality.eval_examples, 2000);
+    }
+
+    /// The shipped tiny text job packs the fortunes set, its blobs unpack into a job the
+    /// trainer runs, and the spec every node derives from it is the same.
+    #[test]
+    fn text_job_file_builds_blobs_a_provider_can_train_on() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testnet/scenarios/jobs/text-tiny-80.toml");
+        let (spec, blobs) = JobFile::load(&p).and_then(|f| f.build(&p)).expect("build");
+        assert_eq!(spec.model, ModelKind::BertLora);
+        assert_eq!(spec.model_blob, blake3_of(&blobs.model));
+        let t = train_spec(&spec).expect("train spec");
+        assert_eq!(t, train_spec(&spec).expect("again"));
+        let ModelSpec::BertLora {
+            num_classes,
+            max_len,
+            rank,
+            ..
+        } = &t.model
+        else {
+            panic!("not bert-lora: {:?}", t.model);
+        };
+        assert_eq!((*num_classes, *max_len, *rank), (4, 32, 4));
+        // The targets listed in another order make the same job.
+        let text = std::fs::read_to_string(&p).expect("job file");
+        let dir0 = tempfile::tempdir().expect("tmp");
+        let flipped = write(
+            dir0.path(),
+            &text.replace(
+                "targets = [\"query\", \"value\"]",
+                "targets = [\"value\", \"query\"]",
+            ),
+        );
+        assert_ne!(text, std::fs::read_to_string(&flipped).expect("flipped"));
+        let (again, _) = JobFile::load(&flipped)
+            .and_then(|f| f.build(&flipped))
+            .expect("build");
+        assert_eq!(again.spec_hash(), spec.spec_hash());
+
+        let dir = tempfile::tempdir().expect("tmp");
+        let model_dir = dir.path().join(MODEL_SUBDIR);
+        bundle::unpack_to_dir(&blobs.model, &model_dir).expect("model");
+        bundle::unpack_to_dir(&blobs.train, dir.path()).expect("train");
+        bundle::unpack_to_dir(&blobs.eval, dir.path()).expect("eval");
+        let cpu = gpuchain_trainer::DeviceChoice::Cpu.open().expect("cpu");
+        let job = Job::bert_lora_dirs(t, &model_dir, dir.path(), cpu).expect("job");
+        assert!(job.train.len() > 2000 && job.eval.len() > 200);
+        let job = Arc::new(job);
+        let opts = gpuchain_trainer::TrainerOptions::default;
+        let mut straight = gpuchain_trainer::Trainer::new(job.clone(), 1, opts()).expect("trainer");
+        // Half the job is enough to see it learn and to resume across a checkpoint.
+        const STEPS: u64 = 40;
+        let started = std::time::Instant::now();
+        for _ in 0..STEPS {
+            straight.step().expect("step");
+        }
+        let took = started.elapsed();
+        let e = straight.evaluate().expect("eval");
+        println!(
+            "tiny text job: {} steps in {took:?}, held-out accuracy {:.3} loss {:.3} on {}",
+            STEPS, e.accuracy, e.loss, e.examples
+        );
+        assert!(e.loss.is_finite() && e.accuracy > 0.2, "{e:?}");
+
+        // A replacement resumes from the checkpoint of step 20 and lands on the same state.
+        let mut first = gpuchain_trainer::Trainer::new(job.clone(), 1, opts()).expect("trainer");
+        for _ in 0..20 {
+            first.step().expect("step");
+        }
+        let bytes = first
+            .checkpoint()
+            .and_then(|c| c.to_bytes())
+            .expect("checkpoint");
+        let mut second = gpuchain_trainer::Trainer::resume(job, &bytes, 2, opts()).expect("resume");
+        while second.step_count() < STEPS {
+            second.step().expect("step");
+        }
+        assert_eq!(
+            second.state_hash().expect("hash"),
+            straight.state_hash().expect("hash")
+        );
+    }
+
+    /// The default text job: the pretrained all-MiniLM-L6-v2 that setup installs travels as
+    /// the model blob (weights, config, tokenizer) and a provider trains from the unpacked copy.
+    #[test]
+    fn pretrained_text_job_ships_the_encoder_as_its_model_blob() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = write(
+            dir.path(),
+            "model = \"bert-lora\"\ntotal_steps = 4\ncheckpoint_interval = 2\neffective_batch = 2\n[text]\nmax_len = 16\n",
+        );
+        let (spec, blobs) = JobFile::load(&p).and_then(|f| f.build(&p)).expect("build");
+        let t = train_spec(&spec).expect("train spec");
+        assert!(matches!(
+            &t.model,
+            ModelSpec::BertLora { base: gpuchain_trainer::BertBase::Pretrained { name }, .. }
+                if *name == hex::encode(spec.model_blob)
+        ));
+        let model_dir = dir.path().join(MODEL_SUBDIR);
+        let names = bundle::unpack_to_dir(&blobs.model, &model_dir).expect("model");
+        assert_eq!(names, text_job::PRETRAINED_FILES);
+        bundle::unpack_to_dir(&blobs.train, dir.path()).expect("train");
+        bundle::unpack_to_dir(&blobs.eval, dir.path()).expect("eval");
+        let cpu = gpuchain_trainer::DeviceChoice::Cpu.open().expect("cpu");
+        let job = Job::bert_lora_dirs(t, &model_dir, dir.path(), cpu).expect("job");
+        let mut tr =
+            gpuchain_trainer::Trainer::new(Arc::new(job), 1, Default::default()).expect("trainer");
+        let r = tr.step().expect("step");
+        assert!(r.loss.is_finite(), "{r:?}");
+    }
+
+    #[test]
+    fn text_job_files_and_specs_refuse_what_does_not_fit() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = write(
+            dir.path(),
+            "model = \"fashion-cnn\"\ntotal_steps = 4\ncheckpoint_interval = 2\n[text]\nbase = \"tiny\"\n",
+        );
+        let e = JobFile::load(&p)
+            .and_then(|f| f.build(&p))
+            .expect_err("text on cnn");
+        assert!(e.to_string().contains("[text]"), "{e}");
+        let p = write(
+            dir.path(),
+            "model = \"bert-lora\"\ntotal_steps = 4\ncheckpoint_interval = 2\n[text]\nbase = \"tiny\"\nmax_len = 100000\n",
+        );
+        let e = JobFile::load(&p)
+            .and_then(|f| f.build(&p))
+            .expect_err("huge max_len");
+        assert!(e.to_string().contains("max_len"), "{e}");
+        let p = write(
+            dir.path(),
+            "model = \"bert-lora\"\ntotal_steps = 4\ncheckpoint_interval = 2\n[text]\nbase = \"tiny\"\ncategories = [\"computers\", \"nope\"]\n",
+        );
+        let e = JobFile::load(&p)
+            .and_then(|f| f.build(&p))
+            .expect_err("no such category");
+        assert!(e.to_string().contains("nope"), "{e}");
+        let p = write(
+            dir.path(),
+            "model = \"bert-lora\"\ntotal_steps = 4\ncheckpoint_interval = 2\n[text]\nbase = \"gpt-9\"\n",
+        );
+        let e = JobFile::load(&p)
+            .and_then(|f| f.build(&p))
+            .expect_err("unknown base");
+        assert!(e.to_string().contains("model_dir"), "{e}");
+        let p = write(
+            dir.path(),
+            "model = \"bert-lora\"\ntotal_steps = 4\ncheckpoint_interval = 2\n[text]\nbase = \"tiny\"\ntargets = [\"query\", \"ffn\"]\n",
+        );
+        let e = JobFile::load(&p)
+            .and_then(|f| f.build(&p))
+            .expect_err("unknown target");
+        assert!(e.to_string().contains("ffn"), "{e}");
+
+        // A spec a hostile client built by hand: an extra key no node knows is refused.
+        let good = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testnet/scenarios/jobs/text-tiny-80.toml");
+        let (mut spec, _) = JobFile::load(&good)
+            .and_then(|f| f.build(&good))
+            .expect("build");
+        spec.hyper.extra.insert("lora_dropout".into(), 0.1);
+        let e = train_spec(&spec).expect_err("unknown key");
+        assert!(e.to_string().contains("lora_dropout"), "{e}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod ctx;
 pub mod handle;
 pub mod jobs;
 pub mod record;
+pub mod text_job;
 pub mod train;
 pub mod verify;
 

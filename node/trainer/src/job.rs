@@ -13,6 +13,13 @@ use crate::model::bert::{BertConfig, BertEncoder, BertLora, load_tokenizer};
 use crate::model::{FashionCnn, Mlp, Model};
 use crate::spec::{BertBase, ModelSpec, TrainSpec};
 
+/// The tokenizer file of a `bert-lora` job's model folder.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+/// A text job's training examples, as JSONL (`data::to_jsonl`), in its training data blob.
+pub const TRAIN_JSONL: &str = "train.jsonl";
+/// A text job's held-out examples, as JSONL, in its eval data blob.
+pub const EVAL_JSONL: &str = "eval.jsonl";
+
 pub struct Job {
     pub spec: TrainSpec,
     pub train: Arc<dyn Dataset>,
@@ -111,6 +118,51 @@ impl Job {
         eval: &Path,
         device: Device,
     ) -> Result<Self> {
+        let encoder = Arc::new(BertEncoder::load(model_dir, &device)?);
+        Self::text(
+            spec,
+            Some(encoder),
+            &model_dir.join(TOKENIZER_FILE),
+            train,
+            eval,
+            device,
+        )
+    }
+
+    /// A `bert-lora` job as the node unpacks it: `tokenizer.json` (and, for a pretrained
+    /// base, `config.json` + `model.safetensors`) in `model_dir`; [`TRAIN_JSONL`] and
+    /// [`EVAL_JSONL`] in `data_dir`.
+    pub fn bert_lora_dirs(
+        spec: TrainSpec,
+        model_dir: &Path,
+        data_dir: &Path,
+        device: Device,
+    ) -> Result<Self> {
+        let encoder = match &spec.model {
+            ModelSpec::BertLora {
+                base: BertBase::Pretrained { .. },
+                ..
+            } => Some(Arc::new(BertEncoder::load(model_dir, &device)?)),
+            _ => None,
+        };
+        Self::text(
+            spec,
+            encoder,
+            &model_dir.join(TOKENIZER_FILE),
+            &data_dir.join(TRAIN_JSONL),
+            &data_dir.join(EVAL_JSONL),
+            device,
+        )
+    }
+
+    fn text(
+        spec: TrainSpec,
+        encoder: Option<Arc<BertEncoder>>,
+        tokenizer: &Path,
+        train: &Path,
+        eval: &Path,
+        device: Device,
+    ) -> Result<Self> {
         let ModelSpec::BertLora {
             max_len,
             num_classes,
@@ -122,8 +174,7 @@ impl Job {
                 reason: "not a bert-lora job".into(),
             });
         };
-        let encoder = Arc::new(BertEncoder::load(model_dir, &device)?);
-        let tok = load_tokenizer(&model_dir.join("tokenizer.json"))?;
+        let tok = load_tokenizer(tokenizer)?;
         let read = |p: &Path| -> Result<Arc<dyn Dataset>> {
             let ex = if p.extension().is_some_and(|e| e == "csv") {
                 parse_ag_news_csv(p)?
@@ -138,7 +189,20 @@ impl Job {
             )?))
         };
         let (tr, ev) = (read(train)?, read(eval)?);
-        Self::new(spec, tr, ev, Some(encoder), device)
+        let job = Self::new(spec, tr, ev, encoder, device)?;
+        // Every id the tokenizer can produce must have an embedding row, or training fails
+        // at the first unlucky batch instead of here.
+        let vocab = job.encoder.as_ref().map_or(0, |e| e.config.vocab_size);
+        if tok.get_vocab_size(true) > vocab {
+            return Err(TrainerError::Tokenizer {
+                path: tokenizer.to_path_buf(),
+                reason: format!(
+                    "{} tokens but the encoder embeds {vocab}: tokenizer and model do not match",
+                    tok.get_vocab_size(true)
+                ),
+            });
+        }
+        Ok(job)
     }
 
     /// A fresh model initialised from `seed` (the job seed, or another for the junk cheat).
@@ -150,13 +214,22 @@ impl Job {
             ModelSpec::BertLora {
                 rank,
                 alpha,
+                targets,
                 num_classes,
                 ..
             } => {
                 let enc = self.encoder.clone().ok_or_else(|| {
                     TrainerError::Model("bert-lora job without an encoder".into())
                 })?;
-                Box::new(BertLora::new(enc, *rank, *alpha, *num_classes, seed, dev)?)
+                Box::new(BertLora::new(
+                    enc,
+                    *rank,
+                    *alpha,
+                    targets,
+                    *num_classes,
+                    seed,
+                    dev,
+                )?)
             }
         })
     }
@@ -176,7 +249,10 @@ impl Job {
     }
 }
 
-/// The config of a tiny random BERT (vocabulary size fixed at 512 ids).
+/// The tiny random BERT's vocabulary size: a job's word tokenizer may use at most this many ids.
+pub const TINY_VOCAB: usize = 512;
+
+/// The config of a tiny random BERT (vocabulary size fixed at [`TINY_VOCAB`] ids).
 pub fn tiny_config(
     layers: usize,
     hidden: usize,
@@ -185,7 +261,7 @@ pub fn tiny_config(
     max_len: usize,
 ) -> BertConfig {
     BertConfig {
-        vocab_size: 512,
+        vocab_size: TINY_VOCAB,
         hidden_size: hidden,
         num_hidden_layers: layers,
         num_attention_heads: heads,

@@ -33,7 +33,7 @@ pub use checkpoint::{Checkpoint, CheckpointMeta, file_hash};
 pub use device::DeviceChoice;
 pub use error::{Result, TrainerError};
 pub use job::Job;
-pub use spec::{BertBase, ModelSpec, OptimSpec, QualitySpec, TrainSpec};
+pub use spec::{BertBase, LoraTarget, ModelSpec, OptimSpec, QualitySpec, TrainSpec};
 pub use state::{StateHash, TrainState, commitment_root};
 pub use trainer::{MicroBatchPlan, StepReport, Stop, Trainer, TrainerOptions, plan_micro_batch};
 pub use verify::quality::{EvalReport, Reason, Verdict, quality_test, quality_test_cached};

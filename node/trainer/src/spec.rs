@@ -13,16 +13,46 @@ pub enum ModelSpec {
     Mlp { hidden: usize },
     /// Two 3×3 convolutions (16, 32 channels), 64 hidden units, 10 classes.
     FashionCnn,
-    /// A BERT encoder with frozen base weights, LoRA on attention query/value and a
-    /// classifier head over mean-pooled tokens.
+    /// A BERT encoder with frozen base weights, LoRA on the attention projections `targets`
+    /// of every layer and a classifier head over mean-pooled tokens.
     BertLora {
         base: BertBase,
         rank: usize,
         alpha: f64,
+        /// In ascending order, no repeats, so one set of targets has one spec (and fingerprint).
+        targets: Vec<LoraTarget>,
         num_classes: usize,
         /// Sequences are truncated or padded to this many tokens.
         max_len: usize,
     },
+}
+
+/// An attention projection that can carry a LoRA adapter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoraTarget {
+    Query,
+    Key,
+    Value,
+}
+
+impl LoraTarget {
+    pub const ALL: [LoraTarget; 3] = [LoraTarget::Query, LoraTarget::Key, LoraTarget::Value];
+    /// The usual choice (the LoRA paper's): query and value.
+    pub const DEFAULT: [LoraTarget; 2] = [LoraTarget::Query, LoraTarget::Value];
+
+    /// The name in the encoder's weights (`attention.self.<name>`) and in the adapters'.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoraTarget::Query => "query",
+            LoraTarget::Key => "key",
+            LoraTarget::Value => "value",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<LoraTarget> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
 }
 
 /// Where a `bert-lora` job's frozen encoder comes from.
@@ -141,6 +171,7 @@ impl TrainSpec {
                 base,
                 rank: 8,
                 alpha: 16.0,
+                targets: LoraTarget::DEFAULT.to_vec(),
                 num_classes,
                 max_len: 64,
             },
@@ -216,10 +247,17 @@ impl TrainSpec {
                 num_classes,
                 max_len,
                 base,
+                targets,
                 ..
             } => {
                 if *rank == 0 {
                     return bad("model.rank", "must be at least 1");
+                }
+                if targets.is_empty() || !targets.windows(2).all(|w| w[0] < w[1]) {
+                    return bad(
+                        "model.targets",
+                        "must name at least one of query, key, value, in that order, once each",
+                    );
                 }
                 if *num_classes < 2 {
                     return bad("model.num_classes", "must be at least 2");

@@ -153,6 +153,65 @@ pub fn parse_jsonl(path: &Path, num_classes: usize) -> Result<Vec<TextExample>> 
     Ok(out)
 }
 
+/// The JSONL form [`parse_jsonl`] reads: how a text job's examples travel in its data blobs.
+pub fn to_jsonl(examples: &[TextExample]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for ex in examples {
+        let row = serde_json::json!({"text": ex.text, "label": ex.label});
+        out.extend_from_slice(row.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+/// The `n` lower-cased words of `examples` that say most about the label (χ² of a word's
+/// per-class counts against the class sizes; ties in byte order): a small encoder's
+/// vocabulary. Plain frequency would fill it with "the" and "of", which say nothing of the
+/// topic. Words split as the word tokenizer's pre-tokenizer splits letters and digits;
+/// anything else becomes its unknown token.
+pub fn word_vocabulary(examples: &[TextExample], n: usize) -> Vec<String> {
+    let classes = examples
+        .iter()
+        .map(|e| e.label as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut counts: std::collections::HashMap<String, Vec<u64>> = std::collections::HashMap::new();
+    let mut class_words = vec![0u64; classes];
+    for ex in examples {
+        for w in ex.text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if !w.is_empty() {
+                let c = counts
+                    .entry(w.to_lowercase())
+                    .or_insert_with(|| vec![0; classes]);
+                c[ex.label as usize] += 1;
+                class_words[ex.label as usize] += 1;
+            }
+        }
+    }
+    let all = class_words.iter().sum::<u64>().max(1) as f64;
+    // Words seen fewer times than this are as likely noise as signal.
+    const MIN_COUNT: u64 = 3;
+    let mut scored: Vec<(f64, String)> = counts
+        .into_iter()
+        .filter(|(_, c)| c.iter().sum::<u64>() >= MIN_COUNT)
+        .map(|(w, c)| {
+            let total = c.iter().sum::<u64>() as f64;
+            let chi2: f64 = c
+                .iter()
+                .zip(&class_words)
+                .filter(|(_, k)| **k > 0)
+                .map(|(&obs, &k)| {
+                    let expected = total * k as f64 / all;
+                    (obs as f64 - expected).powi(2) / expected
+                })
+                .sum();
+            (chi2, w)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    scored.into_iter().take(n).map(|(_, w)| w).collect()
+}
+
 /// Pre-tokenised examples, each truncated or padded (id 0, mask 0) to `max_len`.
 pub struct TextDataset {
     ids: Vec<u32>,

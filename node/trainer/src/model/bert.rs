@@ -14,6 +14,7 @@ use super::{Model, Params, add_var, linear};
 use crate::data::Input;
 use crate::error::{Result, TrainerError};
 use crate::init::{normal, uniform};
+use crate::spec::LoraTarget;
 
 /// The fields of a Hugging Face BERT `config.json` the encoder needs.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -205,11 +206,17 @@ impl BertEncoder {
                 )
             };
             let mut q = lin(&x, "attention.self.query")?;
-            let k = lin(&x, "attention.self.key")?;
+            let mut k = lin(&x, "attention.self.key")?;
             let mut v = lin(&x, "attention.self.value")?;
             if let Some(l) = lora {
-                q = (q + l.delta(&x, i, "query")?)?;
-                v = (v + l.delta(&x, i, "value")?)?;
+                for (out, which) in [(&mut q, "query"), (&mut k, "key"), (&mut v, "value")] {
+                    // The model's targets decide which adapters exist; a checkpoint must hold
+                    // exactly those (its shapes are checked against the job's), so absent
+                    // means not a target.
+                    if let Some(d) = l.delta(&x, i, which)? {
+                        *out = (&*out + d)?;
+                    }
+                }
             }
             let (q, k, v) = (heads(q)?, heads(k)?, heads(v)?);
             let scores = (q.matmul(&k.t()?)? * (1.0 / (d as f64).sqrt()))?.broadcast_add(&bias)?;
@@ -288,20 +295,28 @@ pub struct Lora<'a> {
 }
 
 impl Lora<'_> {
-    fn delta(&self, x: &Tensor, layer: usize, which: &str) -> Result<Tensor> {
-        let get = |ab: &str| -> Result<&Tensor> {
-            let name = format!("lora.{layer}.{which}.{ab}");
+    /// `None` where the projection carries no adapter.
+    fn delta(&self, x: &Tensor, layer: usize, which: &str) -> Result<Option<Tensor>> {
+        let get = |ab: &str| {
             self.params
-                .get(&name)
+                .get(&format!("lora.{layer}.{which}.{ab}"))
                 .map(|v| v.as_tensor())
-                .ok_or_else(|| TrainerError::Model(format!("LoRA tensor {name} is missing")))
         };
-        let down = linear(x, get("a")?, None)?;
-        Ok((linear(&down, get("b")?, None)? * self.scale)?)
+        match (get("a"), get("b")) {
+            (Some(a), Some(b)) => {
+                let down = linear(x, a, None)?;
+                Ok(Some((linear(&down, b, None)? * self.scale)?))
+            }
+            (None, None) => Ok(None),
+            _ => Err(TrainerError::Model(format!(
+                "LoRA adapter lora.{layer}.{which} has only one of its two matrices"
+            ))),
+        }
     }
 }
 
-/// Frozen encoder + LoRA on query/value of every layer + a linear head on mean-pooled tokens.
+/// Frozen encoder + LoRA on the chosen attention projections of every layer + a linear head on
+/// mean-pooled tokens.
 pub struct BertLora {
     encoder: Arc<BertEncoder>,
     params: Params,
@@ -314,6 +329,7 @@ impl BertLora {
         encoder: Arc<BertEncoder>,
         rank: usize,
         alpha: f64,
+        targets: &[LoraTarget],
         classes: usize,
         seed: u64,
         dev: &Device,
@@ -322,7 +338,7 @@ impl BertLora {
         let bound = 1.0 / (h as f64).sqrt();
         let mut params = Params::new();
         for i in 0..encoder.config.num_hidden_layers {
-            for which in ["query", "value"] {
+            for which in targets.iter().map(|t| t.name()) {
                 let a = format!("lora.{i}.{which}.a");
                 add_var(&mut params, &a, uniform(seed, &a, &[rank, h], bound, dev)?)?;
                 let b = format!("lora.{i}.{which}.b");
@@ -420,6 +436,17 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 /// A whitespace, lower-casing word-level tokenizer over `words` (id 0 = `[PAD]`, 1 = `[UNK]`):
 /// the tiny BERT's vocabulary, built in memory.
 pub fn word_tokenizer(words: &[&str]) -> Result<Tokenizer> {
+    Tokenizer::from_bytes(word_tokenizer_json(words).as_bytes()).map_err(|e| {
+        TrainerError::Tokenizer {
+            path: "<in-memory word tokenizer>".into(),
+            reason: e.to_string(),
+        }
+    })
+}
+
+/// [`word_tokenizer`] as a `tokenizer.json` (the same words give the same bytes), for a job
+/// that ships its vocabulary as a blob.
+pub fn word_tokenizer_json(words: &[&str]) -> String {
     let mut vocab = serde_json::Map::new();
     vocab.insert("[PAD]".into(), 0.into());
     vocab.insert("[UNK]".into(), 1.into());
@@ -427,7 +454,7 @@ pub fn word_tokenizer(words: &[&str]) -> Result<Tokenizer> {
         let next = vocab.len();
         vocab.entry(w.to_lowercase()).or_insert(next.into());
     }
-    let json = serde_json::json!({
+    serde_json::json!({
         "version": "1.0",
         "truncation": null,
         "padding": null,
@@ -437,11 +464,8 @@ pub fn word_tokenizer(words: &[&str]) -> Result<Tokenizer> {
         "post_processor": null,
         "decoder": null,
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
-    });
-    Tokenizer::from_bytes(json.to_string().as_bytes()).map_err(|e| TrainerError::Tokenizer {
-        path: "<in-memory word tokenizer>".into(),
-        reason: e.to_string(),
     })
+    .to_string()
 }
 
 /// `GPUCHAIN_MINILM_DIR`, else `.cache/models/all-MiniLM-L6-v2` under the workspace root

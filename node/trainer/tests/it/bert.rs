@@ -8,7 +8,7 @@ use gpuchain_trainer::model::Model;
 use gpuchain_trainer::model::bert::{
     BertEncoder, BertLora, layer_norm, load_tokenizer, minilm_dir, word_tokenizer,
 };
-use gpuchain_trainer::{BertBase, Job, TrainSpec, Trainer, TrainerOptions};
+use gpuchain_trainer::{BertBase, Job, LoraTarget, ModelSpec, TrainSpec, Trainer, TrainerOptions};
 
 const GOOD: [&str; 6] = ["good", "great", "fine", "lovely", "superb", "nice"];
 const BAD: [&str; 6] = ["bad", "awful", "poor", "dire", "grim", "weak"];
@@ -41,6 +41,11 @@ fn sentiment(n: usize, offset: usize) -> Vec<TextExample> {
 }
 
 fn tiny_job(id: &str, steps: u64) -> Arc<Job> {
+    tiny_job_on(id, steps, &LoraTarget::DEFAULT)
+}
+
+/// [`tiny_job`] with LoRA on `on`.
+fn tiny_job_on(id: &str, steps: u64, on: &[LoraTarget]) -> Arc<Job> {
     let words: Vec<&str> = GOOD.iter().chain(&BAD).chain(&FILLER).copied().collect();
     let tok = word_tokenizer(&words).unwrap();
     let base = BertBase::TinyRandom {
@@ -51,8 +56,12 @@ fn tiny_job(id: &str, steps: u64) -> Arc<Job> {
         seed: 5,
     };
     let mut spec = TrainSpec::bert_lora(id, base, 3, steps, 2);
-    if let gpuchain_trainer::ModelSpec::BertLora { max_len, .. } = &mut spec.model {
+    if let gpuchain_trainer::ModelSpec::BertLora {
+        max_len, targets, ..
+    } = &mut spec.model
+    {
         *max_len = 8;
+        *targets = on.to_vec();
     }
     spec.optim.peak_lr = 1e-2;
     spec.quality.eval_examples = 64;
@@ -140,7 +149,7 @@ fn tiny_bert_forward_and_gradients() {
     // A concrete BertLora with the trained adapters, to call the fused-LayerNorm forward.
     let cfg = tiny_config(2, 32, 2, 64, 8);
     let enc = Arc::new(BertEncoder::tiny_random(cfg, 5, &Device::Cpu).unwrap());
-    let twin = BertLora::new(enc, 8, 16.0, 2, 3, &Device::Cpu).unwrap();
+    let twin = BertLora::new(enc, 8, 16.0, &LoraTarget::DEFAULT, 2, 3, &Device::Cpu).unwrap();
     for (name, var) in twin.params() {
         var.set(t.model().params()[name].as_tensor()).unwrap();
     }
@@ -212,7 +221,7 @@ fn minilm_lora_matches_fused_forward_and_gets_gradients() {
     ];
     let data = TextDataset::tokenize(&ex, &tok, 24, 4).unwrap();
     let batch = data.batch(&[0, 1, 2], &dev).unwrap();
-    let model = BertLora::new(enc, 4, 8.0, 4, 1, &dev).unwrap();
+    let model = BertLora::new(enc, 4, 8.0, &LoraTarget::DEFAULT, 4, 1, &dev).unwrap();
     // Give the B's values so the A's are on the gradient path.
     for (name, var) in model.params() {
         if name.ends_with(".b") {
@@ -283,4 +292,53 @@ fn minilm_lora_job_from_ag_news_files_trains_checkpoints_and_verifies() {
     let h = r.interval_hashes().to_vec();
     let s = gpuchain_trainer::spot_check(&job, &r.serve_state(1).unwrap(), h[0], h[1]).unwrap();
     assert!(s.matched, "{}", s.detail);
+}
+
+/// The spec's targets decide which projections carry adapters, and each one trains; a spec
+/// whose targets are empty, repeated or out of order is refused (one set, one fingerprint).
+#[test]
+fn lora_targets_are_the_specs_and_each_trains() {
+    let job = tiny_job_on("tiny-key", 4, &[LoraTarget::Key]);
+    let names: Vec<String> = job.param_shapes().unwrap().into_keys().collect();
+    assert_eq!(
+        names,
+        [
+            "head.bias",
+            "head.weight",
+            "lora.0.key.a",
+            "lora.0.key.b",
+            "lora.1.key.a",
+            "lora.1.key.b"
+        ]
+    );
+    let mut t = Trainer::new(job.clone(), 0, TrainerOptions::default()).unwrap();
+    t.step().unwrap();
+    let b = t.model().params()["lora.1.key.b"].as_tensor();
+    let moved = b
+        .abs()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(moved > 0.0, "the key adapter did not train");
+    let all = tiny_job_on("tiny-qkv", 4, &LoraTarget::ALL);
+    assert_eq!(all.param_shapes().unwrap().len(), 2 + 2 * 2 * 3);
+    assert_ne!(
+        all.spec.fingerprint(),
+        tiny_job("tiny-qkv", 4).spec.fingerprint()
+    );
+
+    for bad in [
+        vec![],
+        vec![LoraTarget::Value, LoraTarget::Query],
+        vec![LoraTarget::Key, LoraTarget::Key],
+    ] {
+        let mut spec = job.spec.clone();
+        if let ModelSpec::BertLora { targets, .. } = &mut spec.model {
+            *targets = bad.clone();
+        }
+        let e = spec.validate().expect_err("bad targets");
+        assert!(e.to_string().contains("targets"), "{bad:?}: {e}");
+    }
 }

@@ -128,3 +128,29 @@ fn jsonl_parses_and_reports_bad_lines() {
         "{err}"
     );
 }
+
+/// The text job's set as Debian's `fortunes` package ships it: every default category parses,
+/// the classes are of comparable size, ≥ 2,000 examples in all, about a tenth held out.
+#[test]
+fn fortunes_categories_load_from_the_debian_package() {
+    use gpuchain_trainer::data::fortunes::{DEFAULT_CATEGORIES, fortunes_dir, load_fortunes};
+    let (train, eval) = load_fortunes(&fortunes_dir(), &DEFAULT_CATEGORIES)
+        .expect("fortunes installed by scripts/setup");
+    let total = train.len() + eval.len();
+    let per_class: Vec<usize> = (0..4)
+        .map(|c| train.iter().chain(&eval).filter(|e| e.label == c).count())
+        .collect();
+    println!(
+        "fortunes {DEFAULT_CATEGORIES:?}: {total} examples ({} train, {} held out), per class {per_class:?}",
+        train.len(),
+        eval.len()
+    );
+    assert!(total >= 2000, "{total}");
+    assert!(per_class.iter().all(|&n| n >= 500), "{per_class:?}");
+    assert!(
+        (total / 14..total / 7).contains(&eval.len()),
+        "{}",
+        eval.len()
+    );
+    assert!(train.iter().chain(&eval).all(|e| !e.text.contains('\u{8}')));
+}
