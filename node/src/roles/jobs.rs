@@ -325,6 +325,16 @@ impl JobLibrary {
             .insert(spec_hash);
     }
 
+    /// The spec, if the chain has a job for it and this node knows it.
+    pub fn spec_on_chain(&self, spec_hash: Hash) -> Option<JobSpec> {
+        let on_chain = self
+            .on_chain
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&spec_hash);
+        on_chain.then(|| self.spec(spec_hash)).flatten()
+    }
+
     pub fn spec(&self, spec_hash: Hash) -> Option<JobSpec> {
         self.specs
             .lock()

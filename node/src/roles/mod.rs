@@ -50,6 +50,8 @@ pub struct RoleRuntime {
     catch_up: Duration,
     /// Set while a late timer waits: the machines' timeout runs at this instant instead.
     held_until: Option<tokio::time::Instant>,
+    /// Specs kept in the data dir (see [`RoleRuntime::keep_on_disk`]).
+    saved_specs: std::collections::HashSet<gpuchain_protocol::Hash>,
 }
 
 /// A timer that fires this much after its deadline means this process was not running for a
@@ -107,14 +109,14 @@ impl RoleRuntime {
             verifier: has(Role::Verifier)
                 .then(|| VerifierConfig::new(domain, config.verifier_seed)),
         };
-        let specs = if has(Role::Client) {
-            chain::load_specs(&config.data_dir)
-        } else {
-            Vec::new()
-        };
+        // Every role's saved specs: a restarted provider or verifier may be assigned to, or
+        // sit on the committee of, a job whose offer it will not hear again.
+        let specs = chain::load_specs(&config.data_dir);
         for s in &specs {
             library.remember_spec(s);
+            library.keep_spec(s.spec_hash());
         }
+        let saved_specs = specs.iter().map(JobSpec::spec_hash).collect();
         let mut machines = Roles::restore(configs, &config.key, specs, &history, Time::ZERO);
         if config.fault == Some(Fault::WithholdPay) {
             machines.set_client_fault(Some(ClientFault::WithholdPay));
@@ -139,6 +141,7 @@ impl RoleRuntime {
             fault: config.fault,
             catch_up: config.heartbeat_period,
             held_until: None,
+            saved_specs,
         };
         (rt, RolesHandle::new(tx))
     }
@@ -180,6 +183,20 @@ impl RoleRuntime {
         Ok(())
     }
 
+    /// Keeps a spec in the data dir once the chain has a job for it and its offer was heard
+    /// (in either order), so that a restarted node can still train or check that job: the
+    /// chain names only the spec's hash, and its offer is not gossiped again. Only specs of
+    /// on-chain jobs, so gossip alone cannot fill the disk.
+    fn keep_on_disk(&mut self, spec_hash: gpuchain_protocol::Hash) {
+        if self.saved_specs.contains(&spec_hash) {
+            return;
+        }
+        if let Some(spec) = self.ctx.library.spec_on_chain(spec_hash) {
+            chain::save_spec(&self.ctx.data_dir, &spec);
+            self.saved_specs.insert(spec_hash);
+        }
+    }
+
     /// The machines' timeout, unless the timer fired late: then the swarm first gets
     /// [`LATE_TIMER`]'s catch-up to deliver what arrived while this process was not running.
     fn on_timer(&mut self, deadline: Option<tokio::time::Instant>) {
@@ -203,6 +220,7 @@ impl RoleRuntime {
             Inbound::Gossip { checked, ticket } => {
                 if let Message::JobOffer(o) = checked.message() {
                     self.ctx.library.remember_spec(&o.spec);
+                    self.keep_on_disk(o.spec.spec_hash());
                 }
                 let verdict = self.machines.handle_checked(now, &checked);
                 self.ctx.handle.report_verdict(ticket, verdict);
@@ -264,6 +282,7 @@ impl RoleRuntime {
                     match &fe.event {
                         ChainEvent::JobCreated { spec_hash, .. } => {
                             self.ctx.library.keep_spec(*spec_hash);
+                            self.keep_on_disk(*spec_hash);
                         }
                         ChainEvent::CheckpointAccepted {
                             job_id,
