@@ -92,14 +92,12 @@ async fn a_client_killed_mid_job_and_restarted_completes_and_pays_exactly() -> R
     Ok(())
 }
 
-/// Ignored: it exposes a liveness bug left open (see the fault matrix in testnet/README.md).
-/// A verifier busy for 30 s fetching the dead provider's interval states then spot-checks
-/// the replacement's first checkpoint after the replacement has dropped those states (it
-/// keeps two intervals), votes reject for "state not served", and with the third verifier
-/// dead neither side reaches the quorum of 2: the job stalls until its deadline. It did in
-/// one of its first two runs.
+/// Found a liveness bug, now fixed: a verifier busy for 30 s fetching the dead provider's
+/// interval states spot-checked the replacement's first checkpoint after the replacement had
+/// dropped those states (it kept two intervals), voted reject for "state not served", and
+/// with the third verifier dead neither side reached the quorum of 2. A provider now keeps
+/// an interval's states until the chain decides its checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "liveness bug: a slow verifier rejects for states the provider already dropped"]
 async fn a_provider_and_a_verifier_killed_between_announce_and_decision() -> Result<()> {
     let (report, record) = play("announce-kill").await?;
     ensure!(report.faults_fired.len() == 2, "{}", report.text());
