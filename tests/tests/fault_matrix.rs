@@ -4,31 +4,18 @@
 //! paid, every accepted checkpoint fetchable by a fresh node. Every scenario runs the 40-step
 //! fashion-cnn job.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Result, ensure};
+use gpuchain_e2e::{play_scenario, value_of as of};
 use gpuchain_testnet::record::{RECORD_FILE, RecordLine, read_record};
-use gpuchain_testnet::scenario::{self, ScenarioReport};
+use gpuchain_testnet::scenario::ScenarioReport;
 use gpuchain_testnet::{NodeEvent, binary};
-
-fn scenarios_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testnet/scenarios")
-}
 
 /// Plays the shipped scenario `name` in a fresh run folder and fails unless every check
 /// passed and the job completed; its report and its run record.
 async fn play(name: &str) -> Result<(ScenarioReport, Vec<RecordLine>)> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fault-{name}"));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    let report = scenario::run(
-        &scenarios_dir().join(format!("{name}.toml")),
-        &dir,
-        &binary()?,
-    )
-    .await?;
-    println!("{}", report.text());
+    let (report, dir) = play_scenario(env!("CARGO_TARGET_TMPDIR"), "fault", name).await?;
     ensure!(report.checks.passed(), "{}", report.text());
     ensure!(report.conserved, "{}", report.text());
     ensure!(
@@ -38,10 +25,6 @@ async fn play(name: &str) -> Result<(ScenarioReport, Vec<RecordLine>)> {
     );
     let record = read_record(&dir.join(RECORD_FILE))?;
     Ok((report, record))
-}
-
-fn of(list: &[(String, String)], name: &str) -> Option<String> {
-    list.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
 }
 
 /// The events node `name` logged, in order.

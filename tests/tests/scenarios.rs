@@ -4,13 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, ensure};
-use gpuchain_testnet::binary;
+use gpuchain_e2e::{play_scenario, scenarios_dir, value_of as of};
 use gpuchain_testnet::record::{HARNESS, HarnessEvent, RECORD_FILE, RecordLine, read_record};
-use gpuchain_testnet::scenario::{self, Action, Scenario, ScenarioReport};
-
-fn scenarios_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testnet/scenarios")
-}
+use gpuchain_testnet::scenario::{Action, Scenario, ScenarioReport};
 
 #[test]
 fn shipped_scenarios_are_valid() -> Result<()> {
@@ -126,24 +122,9 @@ fn broken_scenarios_name_the_field() -> Result<()> {
     Ok(())
 }
 
-fn of(list: &[(String, String)], name: &str) -> Option<String> {
-    list.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
-}
-
 /// Plays the shipped scenario `name` in a fresh run folder; its report and that folder.
 async fn play(name: &str) -> Result<(ScenarioReport, PathBuf)> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("scenario-{name}"));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    let report = scenario::run(
-        &scenarios_dir().join(format!("{name}.toml")),
-        &dir,
-        &binary()?,
-    )
-    .await?;
-    println!("{}", report.text());
-    Ok((report, dir))
+    play_scenario(env!("CARGO_TARGET_TMPDIR"), "scenario", name).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
