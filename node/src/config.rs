@@ -93,14 +93,15 @@ pub struct NodeConfig {
 /// default 100 ms period, while one whose heartbeats jitter (a congested mesh) widens its own
 /// margin up to this ceiling instead of being failed over.
 pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
-/// The least adaptive liveness timeout by default: three heartbeat periods. It is safe
-/// because heartbeats do not wait for compute or for the disk: training and checking run at a
-/// lower CPU priority than the runtime that sends them (`compute`), and log lines are written
-/// by a thread of their own (`logging`). Before both, honest gaps of 300-750 ms came on a
-/// loaded 2-core host and a floor this low failed honest providers over; with both, the
-/// e2e suite on the same host under three times its own load saw a longest gap of 390 ms in
-/// about 2,000, and the adaptive margin absorbed it (no false failover).
-pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(300);
+/// The least adaptive liveness timeout by default: five heartbeat periods. Heartbeats no
+/// longer wait for compute or for the disk: training and checking run at a lower CPU priority
+/// than the runtime that sends them (`compute`), and log lines are written by a thread of
+/// their own (`logging`). With both, the e2e suite on a loaded 2-core host saw a longest gap
+/// of 390 ms in about 2,000, and the detection bench (16 processes on 2 cores) noticed a
+/// frozen provider in 295 ms (p50) with a floor of 300, but failed six honest providers over
+/// in ten minutes, each silent for 300-310 ms while a compiler shared the cores. 500 ms keeps
+/// those honest providers; a host with cores to spare can set `--detector-floor-ms 300`.
+pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(500);
 /// 0.001 USDC.
 pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
 /// USDC's decimals: amounts on the command line are in whole tokens.

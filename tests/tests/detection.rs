@@ -13,7 +13,8 @@
 //! ```
 //!
 //! `GPUCHAIN_DETECTION_TRIALS` sets the trials per kind (default 20);
-//! `GPUCHAIN_DETECTION_KINDS` the kinds (default `kill,freeze,hang`).
+//! `GPUCHAIN_DETECTION_KINDS` the kinds (default `kill,freeze,hang`). The nodes inherit the
+//! environment, so `GPUCHAIN_DETECTOR_FLOOR_MS=300` measures the client with a 300 ms floor.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
