@@ -46,6 +46,12 @@ impl RetryPolicy {
 pub const BLOB_FETCH: RetryPolicy =
     RetryPolicy::new(3, Duration::from_millis(200), Duration::from_secs(2));
 
+/// A transaction the machines asked for, while the chain RPC cannot be reached: seven tries
+/// over about half a minute (1, 2, 4 then 8 s apart), which rides out an RPC node's restart
+/// or a short network cut. The driver waits; the machines hear of a failure only after it.
+pub const CHAIN_OUTAGE: RetryPolicy =
+    RetryPolicy::new(7, Duration::from_secs(1), Duration::from_secs(8));
+
 /// One operation a machine retries on its own timer under a [`RetryPolicy`]: how many tries
 /// failed and when the next one is due.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -12,6 +12,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::checks::{self, Checks};
@@ -50,52 +52,39 @@ pub enum ChaosFault {
     StopStart { node: String },
 }
 
-/// splitmix64: a seeded generator in a few lines, so the schedule needs no RNG crate whose
-/// stream could change under it between versions.
-struct Rng(u64);
+/// Uniform in `lo..=hi`.
+fn range(rng: &mut ChaCha8Rng, lo: u64, hi: u64) -> u64 {
+    rng.random_range(lo..=hi)
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    fn pick<'a>(&mut self, of: &[&'a str]) -> &'a str {
-        of[self.range(0, of.len() as u64 - 1) as usize]
-    }
+fn pick<'a>(rng: &mut ChaCha8Rng, of: &[&'a str]) -> &'a str {
+    of[rng.random_range(0..of.len())]
 }
 
 /// The faults a chaos run of `minutes` with `seed` fires: the first 20 s in (the first job is
 /// under way by then), each held 3 to 20 s, 10 to 40 s apart, none starting in the last
-/// minute. A pure function of its arguments.
+/// minute. A pure function of its arguments: ChaCha8 is specified, so its stream for a seed
+/// does not change between versions of the crate.
 pub fn schedule(seed: u64, minutes: u64) -> Vec<ChaosEvent> {
-    let mut rng = Rng(seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let end = minutes.saturating_mul(60).saturating_sub(60);
     let mut at = 20;
     let mut out = Vec::new();
     while at < end {
-        let hold = rng.range(3, 20);
-        let fault = match rng.range(0, 5) {
+        let hold = range(&mut rng, 3, 20);
+        let fault = match range(&mut rng, 0, 5) {
             0 => ChaosFault::KillRestart {
-                node: rng.pick(&PROVIDERS).into(),
+                node: pick(&mut rng, &PROVIDERS).into(),
             },
             1 => ChaosFault::FreezeThaw {
-                node: rng.pick(&PROVIDERS).into(),
+                node: pick(&mut rng, &PROVIDERS).into(),
             },
             2 => ChaosFault::Partition {
-                node: rng.pick(&PROVIDERS).into(),
+                node: pick(&mut rng, &PROVIDERS).into(),
             },
             3 => ChaosFault::RpcOutage,
             4 => ChaosFault::StopStart {
-                node: rng.pick(&VERIFIERS).into(),
+                node: pick(&mut rng, &VERIFIERS).into(),
             },
             _ => ChaosFault::KillRestart {
                 node: CLIENT.into(),
@@ -106,7 +95,7 @@ pub fn schedule(seed: u64, minutes: u64) -> Vec<ChaosEvent> {
             hold_secs: hold,
             fault,
         });
-        at += hold + rng.range(10, 40);
+        at += hold + range(&mut rng, 10, 40);
     }
     out
 }

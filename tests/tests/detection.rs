@@ -15,9 +15,23 @@
 //! `GPUCHAIN_DETECTION_TRIALS` sets the trials per kind (default 20);
 //! `GPUCHAIN_DETECTION_KINDS` the kinds (default `kill,freeze,hang`). The nodes inherit the
 //! environment, so `GPUCHAIN_DETECTOR_FLOOR_MS=300` measures the client with a 300 ms floor.
+//!
+//! The false-failover soak is its companion: the same sixteen processes with no fault at all,
+//! a job training on every core, and busy threads at normal priority on top (an extra CPU
+//! hog); it prints every provider the client gave up on (each one a false failover) and the
+//! heartbeat gaps the client saw.
+//!
+//! ```text
+//! cargo test -p gpuchain-e2e --test detection -- --ignored --nocapture false_failover_soak
+//! ```
+//!
+//! `GPUCHAIN_SOAK_MINUTES` sets its length (default 30), `GPUCHAIN_SOAK_HOGS` its busy
+//! threads (default 1).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
@@ -210,12 +224,17 @@ impl ClientView {
     }
 }
 
-fn trials_per_kind() -> usize {
-    std::env::var("GPUCHAIN_DETECTION_TRIALS")
+/// A positive count from the environment, or `default`.
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
         .ok()
         .and_then(|s| s.parse().ok())
         .filter(|n| *n > 0)
-        .unwrap_or(20)
+        .unwrap_or(default)
+}
+
+fn trials_per_kind() -> usize {
+    env_count("GPUCHAIN_DETECTION_TRIALS", 20)
 }
 
 fn amount(base_units: u64) -> String {
@@ -570,4 +589,140 @@ fn report(trials: &[Trial], view: &ClientView, names: &HashMap<String, String>) 
     for f in &false_failovers {
         println!("  {f}");
     }
+}
+
+/// Threads that spin at normal priority until dropped: load the nodes did not ask for.
+struct Hog {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Hog {
+    fn start(threads: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..threads)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                })
+            })
+            .collect();
+        Hog { stop, threads }
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a soak: sixteen processes and a CPU hog for 30 minutes; run by name (see the file's header)"]
+async fn false_failover_soak() -> Result<()> {
+    let minutes = env_count("GPUCHAIN_SOAK_MINUTES", 30);
+    let hogs = env_count("GPUCHAIN_SOAK_HOGS", 1);
+    // A job training on every core: the providers' own load.
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let training = cores.clamp(2, PROVIDERS / 2);
+    let dir: PathBuf = gpuchain_e2e::run_dir(env!("CARGO_TARGET_TMPDIR"), "soak-false-failover")?;
+    let (net, names) = start(&dir).await?;
+    let job_file = dir.join("job.toml");
+    std::fs::write(&job_file, JOB_FILE)?;
+    let mut view = ClientView {
+        tail: LogTail::new(net.node("client")?.log_path()),
+        jobs: BTreeMap::new(),
+        lost: Vec::new(),
+        assigned: Vec::new(),
+    };
+    let hog = Hog::start(hogs);
+    println!(
+        "[soak] {minutes} min, {training} jobs training at once, {hogs} busy thread(s), {cores} cores"
+    );
+    let began = Instant::now();
+    let length = Duration::from_secs(60 * minutes as u64);
+    let mut open: Vec<String> = Vec::new();
+    let mut submitted = 0usize;
+    let mut last_note = Instant::now();
+    let mut gaps: Vec<Duration> = Vec::new();
+    let mut seen_beats: BTreeMap<(String, u64), usize> = BTreeMap::new();
+    while began.elapsed() < length {
+        view.update();
+        open.retain(|j| view.jobs.get(j).is_none_or(|v| !v.done));
+        while open.len() < training {
+            let id = submit(&net, &job_file).await?;
+            submitted += 1;
+            open.push(id);
+        }
+        // Heartbeat gaps of every epoch, as they come in.
+        for (job, v) in &view.jobs {
+            let seen = seen_beats.entry((job.clone(), v.epoch)).or_default();
+            let from = seen.saturating_sub(1);
+            gaps.extend(
+                v.beats[from.min(v.beats.len())..]
+                    .windows(2)
+                    .filter_map(|w| w[1].0.duration_since(w[0].0).ok()),
+            );
+            *seen = v.beats.len();
+        }
+        if last_note.elapsed() > Duration::from_secs(60) {
+            last_note = Instant::now();
+            println!(
+                "[soak] {:>3} min: {} jobs submitted, {} done, providers given up on: {}",
+                began.elapsed().as_secs() / 60,
+                submitted,
+                view.jobs.values().filter(|v| v.done).count(),
+                view.lost.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(hog);
+    view.update();
+    gaps.sort();
+    println!();
+    println!(
+        "false-failover soak: {} min, 16 processes, {training} jobs training, {hogs} busy thread(s)",
+        began.elapsed().as_secs() / 60
+    );
+    println!(
+        "jobs submitted {submitted}, completed {}",
+        view.jobs.values().filter(|v| v.done).count()
+    );
+    println!(
+        "heartbeat gaps at the client: n {}, p50 {} ms, p99 {} ms, max {} ms",
+        gaps.len(),
+        ms(percentile(&gaps, 0.5)),
+        ms(percentile(&gaps, 0.99)),
+        ms(gaps.last().copied().unwrap_or_default())
+    );
+    println!("false failovers: {}", view.lost.len());
+    for l in &view.lost {
+        if let NodeEvent::ProviderLost {
+            job_id,
+            epoch,
+            provider,
+            reason,
+            silent_for_ms,
+        } = &l.event
+        {
+            println!(
+                "  job {job_id} epoch {epoch}: {} {reason} after {silent_for_ms} ms",
+                names
+                    .get(&provider.to_lowercase())
+                    .map_or(provider.as_str(), String::as_str)
+            );
+        }
+    }
+    net.stop_all().await;
+    Ok(())
 }

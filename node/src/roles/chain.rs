@@ -151,7 +151,8 @@ pub async fn prepare_job(ctx: &Ctx, req: &SubmitRequest) -> Result<(JobSpec, Job
     Ok((spec, params))
 }
 
-/// Sends one of the machines' transactions; a failure goes back to them as `TxFailed`.
+/// Sends one of the machines' transactions, through an RPC outage of about half a minute; a
+/// failure goes back to them as `TxFailed`.
 pub async fn submit(
     ctx: Ctx,
     id: TxId,
@@ -162,7 +163,11 @@ pub async fn submit(
         ChainTx::CreateJob { spec_hash, .. } => Some(*spec_hash),
         _ => None,
     };
-    match ctx.chain.submit(&tx).await {
+    match ctx
+        .chain
+        .submit_through_outage(&tx, &gpuchain_protocol::retry::CHAIN_OUTAGE)
+        .await
+    {
         Ok(outcome) => {
             emit(
                 NodeEvent::TxMined {

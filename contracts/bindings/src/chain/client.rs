@@ -380,19 +380,7 @@ impl ChainClient {
     /// checked first ([`Self::preflight_create_job`]: the Rust mirror of the contract's
     /// checks, then a simulation of approve + createJob), and the approval is for exactly
     /// the budget.
-    ///
-    /// `DrawCommittee` is estimated against the pending block: the draw is refused
-    /// (`SeedNotMined`) in the job's creation block, and an estimate against the latest
-    /// block runs with that block's number, so right after the creation it would refuse a
-    /// draw that succeeds in the block the transaction is mined in.
     pub async fn submit(&self, tx: &ChainTx) -> Result<TxOutcome, ChainError> {
-        if let ChainTx::DrawCommittee { .. } = tx {
-            let (call, data) = encode(tx);
-            let pending = self
-                .send_estimated_at(call, self.inner.escrow, data, BlockId::pending())
-                .await?;
-            return self.wait(pending).await;
-        }
         if let ChainTx::CreateJob { token, budget, .. } = tx {
             let _guard = self.inner.allowance.lock().await;
             self.preflight_create_job(tx).await?;
@@ -403,8 +391,50 @@ impl ChainClient {
             outcome.job_id = self.created_job_id(outcome.hash).await?;
             return Ok(outcome);
         }
+        let pending = self.send_escrow_tx(tx).await?;
+        self.wait(pending).await
+    }
+
+    /// [`Self::submit`] for a transaction the machines send on their own, riding out an RPC
+    /// outage of up to what `patience` allows: a send that could not reach the RPC is made
+    /// again once it answers, and a transaction already handed over is waited for, never
+    /// sent a second time. Only what the escrow refuses, or an outage that outlasts
+    /// `patience`, comes back as an error.
+    ///
+    /// `CreateJob` is not retried: the user who asked for it hears of the outage and decides
+    /// (a second `createJob` would escrow a second budget).
+    ///
+    /// Before this, a failure to reach the RPC went straight back to the machines, which
+    /// take a failed transaction for a refusal: a client whose `assign` met an outage
+    /// dropped every bid it had, and its providers bid once per epoch, so it re-offered the
+    /// job forever.
+    pub async fn submit_through_outage(
+        &self,
+        tx: &ChainTx,
+        patience: &RetryPolicy,
+    ) -> Result<TxOutcome, ChainError> {
+        if let ChainTx::CreateJob { .. } = tx {
+            return self.submit(tx).await;
+        }
+        let call = encode(tx).0;
+        let pending = through_outage(patience, call, || self.send_escrow_tx(tx)).await?;
+        through_outage(patience, pending.call, || self.wait(pending)).await
+    }
+
+    /// Sends one of the protocol's escrow calls other than `CreateJob`.
+    ///
+    /// `DrawCommittee` is estimated against the pending block: the draw is refused
+    /// (`SeedNotMined`) in the job's creation block, and an estimate against the latest
+    /// block runs with that block's number, so right after the creation it would refuse a
+    /// draw that succeeds in the block the transaction is mined in.
+    async fn send_escrow_tx(&self, tx: &ChainTx) -> Result<PendingTx, ChainError> {
         let (call, data) = encode(tx);
-        self.transact(call, self.inner.escrow, data).await
+        let estimate_at = match tx {
+            ChainTx::DrawCommittee { .. } => BlockId::pending(),
+            _ => BlockId::latest(),
+        };
+        self.send_estimated_at(call, self.inner.escrow, data, estimate_at)
+            .await
     }
 
     /// Stakes `amount` of the escrow's stake token (approving it first when needed).
@@ -1220,6 +1250,33 @@ impl ChainClient {
             Ok(_) => super::RevertReason::Message(
                 "reverted on chain, but succeeds when replayed on its block's state".into(),
             ),
+        }
+    }
+}
+
+/// Runs `op` again while it fails only because the RPC cannot be reached, waiting as
+/// `patience` says between tries; any other outcome is returned as it is.
+async fn through_outage<T, F, Fut>(
+    patience: &RetryPolicy,
+    call: &str,
+    mut op: F,
+) -> Result<T, ChainError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ChainError>>,
+{
+    let mut failed = 0;
+    loop {
+        match op().await {
+            Err(e @ ChainError::Unreachable { .. }) => {
+                failed += 1;
+                let Some(wait) = patience.wait_after(failed) else {
+                    return Err(e);
+                };
+                tracing::warn!(call, tries = failed, ?wait, error = %e, "the chain RPC is away; trying again");
+                tokio::time::sleep(wait).await;
+            }
+            other => return other,
         }
     }
 }
