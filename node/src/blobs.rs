@@ -18,7 +18,7 @@ use iroh::address_lookup::MemoryLookup;
 use iroh::endpoint::{PortmapperConfig, presets};
 use iroh::protocol::Router;
 use iroh::{Endpoint, EndpointAddr, EndpointId, RelayMode, RelayUrl, SecretKey, TransportAddr};
-use iroh_blobs::api::downloader::Downloader;
+use iroh_blobs::api::downloader::{DownloadProgressItem, Downloader};
 use iroh_blobs::provider::events::{
     AbortReason, EventMask, EventSender, ObserveMode, ProviderMessage, RequestMode, RequestUpdate,
 };
@@ -79,6 +79,8 @@ pub struct BlobNode {
     lookup: MemoryLookup,
     downloader: Downloader,
     shared: Shared,
+    /// The largest blob [`BlobNode::fetch`] takes in (`--max-blob-mb`).
+    max_fetch: u64,
 }
 
 /// The hashes peers may fetch, kept in step with the public tags. Tag changes and the
@@ -187,6 +189,7 @@ impl BlobNode {
         secret: SecretKey,
         bind: SocketAddr,
         relay: Option<RelayUrl>,
+        max_fetch: u64,
     ) -> Result<Self> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the blob store dir {}", dir.display()))?;
@@ -232,6 +235,7 @@ impl BlobNode {
             lookup,
             downloader,
             shared,
+            max_fetch,
         })
     }
 
@@ -413,10 +417,35 @@ impl BlobNode {
             );
         }
         let n = providers.len();
-        self.downloader
+        let failed = |e: &dyn std::fmt::Display| {
+            anyhow!("fetching blob {hash} from {n} provider(s) failed: {e}")
+        };
+        let mut progress = self
+            .downloader
             .download(hash, providers)
+            .stream()
             .await
-            .map_err(|e| anyhow!("fetching blob {hash} from {n} provider(s) failed: {e}"))?;
+            .map_err(|e| failed(&e))?;
+        // A blob matches its hash whatever its size, so a peer that names a huge one cannot
+        // be caught by verification: the download is dropped (which stops it) once it
+        // outgrows the limit.
+        while let Some(item) = progress.next().await {
+            match item {
+                DownloadProgressItem::Progress(bytes) if bytes > self.max_fetch => {
+                    drop(progress);
+                    bail!(
+                        "blob {hash} is larger than the {} MiB this node fetches \
+                         (--max-blob-mb); refused after {bytes} bytes",
+                        self.max_fetch >> 20
+                    );
+                }
+                DownloadProgressItem::Error(e) => return Err(failed(&e)),
+                DownloadProgressItem::DownloadError => {
+                    return Err(failed(&"no provider could serve it"));
+                }
+                _ => {}
+            }
+        }
         let Some(size) = self.complete_size(hash).await? else {
             bail!("fetching blob {hash}: no provider delivered it complete ({n} tried)");
         };

@@ -212,6 +212,12 @@ pub struct NodeArgs {
     #[arg(long, env = "GPUCHAIN_DETECTOR_FLOOR_MS", value_name = "MS")]
     pub detector_floor_ms: Option<u64>,
 
+    /// The largest blob this node fetches from peers, in MiB (checkpoints, models, data sets).
+    /// A peer can name any hash, and a blob that matches its hash may still be huge: a fetch
+    /// that outgrows this is stopped and refused. Default: 8192.
+    #[arg(long, env = "GPUCHAIN_MAX_BLOB_MB", value_name = "MIB")]
+    pub max_blob_mb: Option<u64>,
+
     /// TESTING ONLY: make this node cheat in the given way (a provider's junk, a verifier's
     /// rejects, a client's withheld pay), to see the network refuse it. Never set by default.
     #[arg(long, env = "GPUCHAIN_FAULT", value_enum, value_name = "KIND")]

@@ -47,6 +47,7 @@ struct FileConfig {
     max_grace_secs: Option<u64>,
     detector_timeout_ms: Option<u64>,
     detector_floor_ms: Option<u64>,
+    max_blob_mb: Option<u64>,
     fault: Option<Fault>,
     test_cheat_control: Option<bool>,
 }
@@ -80,12 +81,19 @@ pub struct NodeConfig {
     pub detector_timeout: Duration,
     /// The least adaptive liveness timeout (at most `detector_timeout`).
     pub detector_floor: Duration,
+    /// The largest blob fetched from peers, in bytes.
+    pub max_blob_bytes: u64,
     pub fault: Option<Fault>,
     /// The control API may make the provider's next checkpoint cheat (testnets only).
     pub test_cheat_control: bool,
     /// The control API may cut this node off from given peers (testnets only).
     pub test_partition_control: bool,
 }
+
+/// The largest blob fetched from peers, in MiB: a MiniLM checkpoint with its optimizer
+/// moments is about 270 MB, and a real fine-tuning job's a few GB. A blob is addressed by its
+/// hash, so a hostile peer can only make it large, not wrong; this bounds what that costs.
+pub const DEFAULT_MAX_BLOB_MB: u64 = 8192;
 
 /// The ceiling of the client's adaptive liveness timeout (and the timeout until a provider's
 /// rhythm is known). The detector adapts below it to each provider's observed heartbeat
@@ -240,6 +248,13 @@ impl NodeConfig {
             None => DEFAULT_DETECTOR_FLOOR,
         }
         .min(detector_timeout);
+        let max_blob_bytes = match args.max_blob_mb.or(file.max_blob_mb) {
+            Some(0) => bail!("--max-blob-mb must be at least 1"),
+            Some(mb) => mb
+                .checked_mul(1 << 20)
+                .ok_or_else(|| anyhow!("--max-blob-mb {mb} is more bytes than a u64 holds"))?,
+            None => DEFAULT_MAX_BLOB_MB << 20,
+        };
         let fault = args.fault.or(file.fault);
         if let Some(f) = fault
             && !roles.contains(&f.role())
@@ -271,6 +286,7 @@ impl NodeConfig {
             max_grace_secs,
             detector_timeout,
             detector_floor,
+            max_blob_bytes,
             fault,
             roles,
             bootstrap,
@@ -412,6 +428,8 @@ pub(crate) mod tests {
         "max_job_duration_secs",
         "max_grace_secs",
         "detector_timeout_ms",
+        "detector_floor_ms",
+        "max_blob_mb",
         "fault",
         "test_cheat_control",
     ];
@@ -430,6 +448,8 @@ pub(crate) mod tests {
             if let Ok(c) = NodeConfig::from_args(&a) {
                 // What it read keeps the rules every config must keep.
                 prop_assert!(c.detector_timeout >= Duration::from_millis(50));
+                prop_assert!(c.detector_floor <= c.detector_timeout);
+                prop_assert!(c.max_blob_bytes >= 1 << 20);
             }
         }
     }
@@ -462,6 +482,22 @@ pub(crate) mod tests {
         assert_eq!(c.heartbeat_period, DEFAULT_HEARTBEAT_PERIOD);
         assert_eq!(c.listen.len(), 2);
         assert!(c.relay.is_none());
+        assert_eq!(c.max_blob_bytes, 8192 << 20);
+    }
+
+    #[test]
+    fn the_blob_limit_is_in_mib_and_never_zero_or_overflowing() {
+        let mut a = args();
+        a.max_blob_mb = Some(16);
+        assert_eq!(
+            NodeConfig::from_args(&a).expect("16 MiB").max_blob_bytes,
+            16 << 20
+        );
+        for bad in [0, u64::MAX] {
+            a.max_blob_mb = Some(bad);
+            let e = NodeConfig::from_args(&a).expect_err("refused");
+            assert!(e.to_string().contains("--max-blob-mb"), "{e}");
+        }
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
         keys.iroh.clone(),
         config.blob_bind,
         config.relay.clone(),
+        config.max_blob_bytes,
     )
     .await?;
     let swarm = crate::behaviour::build_swarm(keys.libp2p.clone())?;

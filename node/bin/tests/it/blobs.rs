@@ -1,5 +1,6 @@
-//! A 64 MB checkpoint added on A is fetched by B; A is killed with SIGKILL; C fetches it
-//! from B (which keeps serving what it fetched); A's data dir then reopens with the blob.
+//! A 64 MB checkpoint added on A is fetched by B, and refused by D, whose limit is 16 MiB; A
+//! is killed with SIGKILL; C fetches it from B (which keeps serving what it fetched); A's data
+//! dir then reopens with the blob.
 
 use std::time::Duration;
 
@@ -48,6 +49,30 @@ fn blob_survives_its_provider() {
     assert_eq!(fetched["size"].as_u64(), Some(SIZE as u64));
     assert_eq!(fetched["transferred"], true);
     eprintln!("B fetched 64 MB from A in {} ms", fetched["elapsed_ms"]);
+
+    // A node that takes blobs of 16 MiB at most stops the download and says why, and keeps
+    // no complete copy.
+    let d = Node::start(
+        "D",
+        &root.path().join("d"),
+        Some(&b.tcp_addr),
+        &["--max-blob-mb", "16"],
+    );
+    wait_until("D hears A's hello", Duration::from_secs(30), || {
+        d.knows_blobs_of(&a.peer_id)
+    });
+    let (code, err) = d.post(
+        "/v1/blobs/fetch",
+        json!({ "hash": hash, "from": [a.peer_id] }),
+    );
+    assert_ne!(code, 200, "a 64 MB blob past a 16 MiB limit: {err}");
+    let said = err.to_string();
+    assert!(
+        said.contains("--max-blob-mb") && said.contains("16 MiB"),
+        "{said}"
+    );
+    let (code, st) = d.request("GET", &format!("/v1/blobs/{hash}"), None, &[]);
+    assert!(code == 404 || st["complete"] != true, "{code} {st}");
 
     a.kill();
 
