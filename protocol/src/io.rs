@@ -122,6 +122,14 @@ pub enum Output {
         job_id: JobId,
         epoch: Epoch,
     },
+    /// The provider bid on this job: the driver may fetch and load the job's data now, so an
+    /// assignment starts training without waiting for it (a replacement that never saw the
+    /// job spent about a second on that after the failover). Nothing waits for an answer:
+    /// [`Output::StartTraining`] prepares whatever is still missing.
+    PrepareJob {
+        job_id: JobId,
+        spec_hash: Hash,
+    },
     /// Must be answered with [`Input::QualityResult`]; a runner error is `pass: false`.
     RunQualityTest {
         job_id: JobId,

@@ -578,14 +578,20 @@ impl Provider {
             signature: Sig65::ZERO,
         }
         .sign(&self.config.domain, &self.key);
+        let mut spec_hash = None;
         if let Some(job) = self.jobs.get_mut(&job_id) {
             job.bid_epochs.insert(epoch);
             job.refused = None;
+            spec_hash = Some(job.offer_spec_hash);
         }
         self.outputs.push_back(Output::Publish {
             topic: job_topic(job_id),
             message: Message::Bid(bid),
         });
+        if let Some(spec_hash) = spec_hash {
+            self.outputs
+                .push_back(Output::PrepareJob { job_id, spec_hash });
+        }
     }
 
     fn stop(&mut self, job_id: JobId, fenced: bool) {

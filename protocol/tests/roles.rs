@@ -270,10 +270,14 @@ fn an_input_reaches_every_machine_and_outputs_keep_role_order() {
     let b = bids(&outs);
     assert_eq!(
         outs.len(),
-        1,
-        "the provider bids on job 2, and only that: {outs:?}"
+        2,
+        "the provider bids on job 2 and prepares its data, and only that: {outs:?}"
     );
     assert_eq!(b.len(), 1, "{outs:?}");
+    assert!(
+        matches!(outs[1], Output::PrepareJob { job_id, .. } if job_id == id(2)),
+        "{outs:?}"
+    );
     assert_eq!((b[0].job_id, b[0].epoch), (id(2), 1));
     assert_eq!(b[0].provider, k.node.address());
 

@@ -763,6 +763,8 @@ impl World {
                     .unwrap_or(1_000);
                 self.timer(node, delay, Timer::TrainStart { job, epoch });
             }
+            // Job data is not modelled: there is nothing to fetch ahead.
+            Output::PrepareJob { .. } => {}
             Output::StopTraining { job_id, epoch } => {
                 let Some(job) = job_u64(job_id) else { return };
                 self.stop_run(node, job, epoch);

@@ -528,6 +528,24 @@ async fn killed_provider_is_replaced_and_resumed_from_the_last_accepted_checkpoi
     .await
     .with_context(|| logs_tail(&s))?;
     let killed_at = s.net.kill9("p1")?;
+    // p2 bid on the job from the start, and so prepared its data then: the failover does
+    // not wait for it.
+    let spec_hash = job(&chain, id).await?.specHash.to_string();
+    let ahead = s
+        .net
+        .wait_event(
+            "p2",
+            move |e: &Logged| {
+                matches!(&e.event, NodeEvent::JobPrepared { spec_hash: h, .. } if *h == spec_hash)
+            },
+            Duration::from_secs(1),
+        )
+        .await
+        .context("p2 prepared the job's data when it bid")?;
+    ensure!(
+        ahead.at < killed_at,
+        "prepared only after the kill: {ahead:?}"
+    );
 
     let lost = s
         .net

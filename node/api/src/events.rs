@@ -289,6 +289,11 @@ pub enum NodeEvent {
     },
 
     // --- training (provider)
+    /// A job's data fetched and loaded ahead of an assignment, when the provider bid on it.
+    JobPrepared {
+        spec_hash: String,
+        ms: u64,
+    },
     TrainingStarted {
         job_id: String,
         epoch: u64,

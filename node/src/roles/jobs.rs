@@ -12,10 +12,11 @@ use gpuchain_protocol::{Hash, JobSpec};
 use gpuchain_trainer::data::bundle;
 use gpuchain_trainer::{Job, ModelSpec, OptimSpec, QualitySpec, TrainSpec};
 use serde::Deserialize;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OnceCell};
 
 use super::text_job::{self, TextFile};
 use crate::blobs::BlobNode;
+use crate::events::NodeEvent;
 
 /// The `model_blob` of a fashion-cnn job: the architecture is built into the trainer, so
 /// the blob only names it (a provider that fetched something else refuses the job).
@@ -300,11 +301,21 @@ const MODEL_SUBDIR: &str = "model";
 pub struct JobLibrary {
     specs: std::sync::Mutex<HashMap<Hash, JobSpec>>,
     on_chain: std::sync::Mutex<std::collections::HashSet<Hash>>,
-    built: Mutex<HashMap<Hash, Arc<Job>>>,
+    /// Jobs built or being built, least recently asked for first. Each spec has its own
+    /// cell, so building one job (a bid's prefetch) never holds up another (an assignment).
+    built: Mutex<Vec<(Hash, BuiltJob)>>,
 }
+
+/// One spec's job: built once, by whichever caller comes first.
+type BuiltJob = Arc<OnceCell<Arc<Job>>>;
 
 /// Specs remembered from gossip; an offer flood cannot grow memory beyond this.
 const MAX_SPECS: usize = 1024;
+
+/// Jobs kept loaded (a Fashion-MNIST job holds 55 MB of images, a MiniLM one its weights):
+/// a provider prepares every job it bids on, so the oldest are dropped past this. A job in
+/// use stays alive with its users; asked for again, it is built again from the blob store.
+const MAX_BUILT: usize = 4;
 
 impl JobLibrary {
     pub fn remember_spec(&self, spec: &JobSpec) {
@@ -345,6 +356,8 @@ impl JobLibrary {
 
     /// The job ready to train or verify: its blobs fetched (from anyone who has them),
     /// checked against the spec, unpacked under `data_dir/jobs/<spec hash>/`, loaded once.
+    /// Callers asking for the same spec at once share one build; a failed build is tried
+    /// again by the next caller.
     pub async fn prepare(
         &self,
         spec: &JobSpec,
@@ -352,48 +365,96 @@ impl JobLibrary {
         data_dir: &Path,
     ) -> Result<Arc<Job>> {
         let spec_hash = spec.spec_hash();
-        let mut built = self.built.lock().await;
-        if let Some(job) = built.get(&spec_hash) {
-            return Ok(job.clone());
-        }
-        let tspec = train_spec(spec)?;
-        let model = fetch_bytes(blobs, spec.model_blob).await?;
-        let dir = crate::datadir::job_data_dir(data_dir, spec_hash.as_slice());
-        let model_dir = dir.join(MODEL_SUBDIR);
-        match spec.model {
-            ModelKind::FashionCnn if model != FASHION_CNN_MODEL => {
-                bail!("the job's model blob is not the fashion-cnn descriptor this node knows")
+        let cell = {
+            let mut built = self.built.lock().await;
+            let cell = match built.iter().position(|(h, _)| *h == spec_hash) {
+                Some(i) => built.remove(i).1,
+                None => Arc::new(OnceCell::new()),
+            };
+            built.push((spec_hash, cell.clone()));
+            // The oldest built one goes; one still building stays (dropping it could start a
+            // second build unpacking into the same folder).
+            if built.len() > MAX_BUILT
+                && let Some(i) = built.iter().position(|(_, c)| c.initialized())
+            {
+                built.remove(i);
             }
-            ModelKind::FashionCnn => {}
-            ModelKind::BertLora => {
-                let to = model_dir.clone();
-                tokio::task::spawn_blocking(move || bundle::unpack_to_dir(&model, &to))
-                    .await
-                    .map_err(|e| anyhow!("unpacking the job's model: {e}"))?
-                    .map_err(|e| anyhow!("the job's model blob is malformed: {e}"))?;
-            }
-        }
-        for blob in [spec.dataset_blob, spec.eval_blob] {
-            let bytes = fetch_bytes(blobs, blob).await?;
-            let dir = dir.clone();
-            tokio::task::spawn_blocking(move || bundle::unpack_to_dir(&bytes, &dir))
-                .await
-                .map_err(|e| anyhow!("unpacking job data: {e}"))?
-                .map_err(|e| anyhow!("the job's data blob {blob} is malformed: {e}"))?;
-        }
-        let job = tokio::task::spawn_blocking(move || -> Result<Job> {
-            let device = gpuchain_trainer::DeviceChoice::Cpu.open()?;
-            Ok(match tspec.model {
-                ModelSpec::BertLora { .. } => Job::bert_lora_dirs(tspec, &model_dir, &dir, device)?,
-                _ => Job::fashion(tspec, &dir, device)?,
-            })
-        })
-        .await
-        .map_err(|e| anyhow!("loading job data: {e}"))??;
-        let job = Arc::new(job);
-        built.insert(spec_hash, job.clone());
-        Ok(job)
+            cell
+        };
+        cell.get_or_try_init(|| build(spec, blobs, data_dir))
+            .await
+            .cloned()
     }
+
+    /// [`Self::prepare`] ahead of need (a provider that bid on the job): a failure is only
+    /// logged, since the start of training prepares the job again and reports it then.
+    pub async fn prefetch(
+        &self,
+        spec_hash: Hash,
+        blobs: &crate::handle::NodeHandle,
+        data_dir: &Path,
+    ) {
+        let Some(spec) = self.spec(spec_hash) else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        match self.prepare(&spec, blobs, data_dir).await {
+            Ok(_) => crate::events::emit(
+                NodeEvent::JobPrepared {
+                    spec_hash: spec_hash.to_string(),
+                    ms: started.elapsed().as_millis() as u64,
+                },
+                "job data ready ahead of an assignment",
+            ),
+            Err(e) => {
+                tracing::debug!(spec = %spec_hash, error = %format!("{e:#}"), "preparing job data ahead failed")
+            }
+        }
+    }
+}
+
+/// Fetches, checks, unpacks and loads one job (see [`JobLibrary::prepare`]).
+async fn build(
+    spec: &JobSpec,
+    blobs: &crate::handle::NodeHandle,
+    data_dir: &Path,
+) -> Result<Arc<Job>> {
+    let spec_hash = spec.spec_hash();
+    let tspec = train_spec(spec)?;
+    let model = fetch_bytes(blobs, spec.model_blob).await?;
+    let dir = crate::datadir::job_data_dir(data_dir, spec_hash.as_slice());
+    let model_dir = dir.join(MODEL_SUBDIR);
+    match spec.model {
+        ModelKind::FashionCnn if model != FASHION_CNN_MODEL => {
+            bail!("the job's model blob is not the fashion-cnn descriptor this node knows")
+        }
+        ModelKind::FashionCnn => {}
+        ModelKind::BertLora => {
+            let to = model_dir.clone();
+            tokio::task::spawn_blocking(move || bundle::unpack_to_dir(&model, &to))
+                .await
+                .map_err(|e| anyhow!("unpacking the job's model: {e}"))?
+                .map_err(|e| anyhow!("the job's model blob is malformed: {e}"))?;
+        }
+    }
+    for blob in [spec.dataset_blob, spec.eval_blob] {
+        let bytes = fetch_bytes(blobs, blob).await?;
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || bundle::unpack_to_dir(&bytes, &dir))
+            .await
+            .map_err(|e| anyhow!("unpacking job data: {e}"))?
+            .map_err(|e| anyhow!("the job's data blob {blob} is malformed: {e}"))?;
+    }
+    let job = tokio::task::spawn_blocking(move || -> Result<Job> {
+        let device = gpuchain_trainer::DeviceChoice::Cpu.open()?;
+        Ok(match tspec.model {
+            ModelSpec::BertLora { .. } => Job::bert_lora_dirs(tspec, &model_dir, &dir, device)?,
+            _ => Job::fashion(tspec, &dir, device)?,
+        })
+    })
+    .await
+    .map_err(|e| anyhow!("loading job data: {e}"))??;
+    Ok(Arc::new(job))
 }
 
 /// A blob's bytes, fetched from any peer that has it when we do not.

@@ -428,6 +428,14 @@ impl RoleRuntime {
             Output::StopTraining { job_id, epoch } => {
                 self.training.stop(&self.ctx, job_id, epoch);
             }
+            Output::PrepareJob { spec_hash, .. } => {
+                let ctx = self.ctx.clone();
+                tokio::spawn(async move {
+                    ctx.library
+                        .prefetch(spec_hash, &ctx.handle, &ctx.data_dir)
+                        .await;
+                });
+            }
             Output::RunQualityTest {
                 job_id,
                 spec_hash,

@@ -220,7 +220,9 @@ impl World {
                     self.schedule(TEST, Event::Input { to: from, input });
                 }
                 Output::Notice(n) => self.notices.push((self.now, from, n)),
-                Output::Subscribe { .. } | Output::Unsubscribe { .. } => {}
+                Output::Subscribe { .. }
+                | Output::Unsubscribe { .. }
+                | Output::PrepareJob { .. } => {}
             }
         }
     }
