@@ -199,6 +199,14 @@ pub struct NodeArgs {
     #[arg(long, env = "GPUCHAIN_MAX_GRACE_SECS", value_name = "SECS")]
     pub max_grace_secs: Option<u64>,
 
+    /// Provider: the memory it offers for training, in MiB (at least 1). It is the memory
+    /// its hellos and bids declare, and the trainer's budget: the model's state (weights,
+    /// gradients, Adam moments) comes out of it first, and the largest micro-batch whose
+    /// activations fit in the rest is chosen. A job whose model does not fit with one example
+    /// gets no bid. Default: the machine's memory (MemTotal).
+    #[arg(long, env = "GPUCHAIN_MEMORY_MB", value_name = "MIB")]
+    pub memory_mb: Option<u64>,
+
     /// Client: the longest wait for a heartbeat before declaring a provider lost (a closed
     /// connection is acted on sooner). The client adapts below it to each provider's observed
     /// heartbeat jitter, down to --detector-floor-ms. Default: 750.

@@ -45,6 +45,7 @@ struct FileConfig {
     accept_tokens: Option<Vec<String>>,
     max_job_duration_secs: Option<u64>,
     max_grace_secs: Option<u64>,
+    memory_mb: Option<u64>,
     detector_timeout_ms: Option<u64>,
     detector_floor_ms: Option<u64>,
     max_blob_mb: Option<u64>,
@@ -78,6 +79,9 @@ pub struct NodeConfig {
     pub accept_tokens: Vec<gpuchain_protocol::Address>,
     pub max_job_duration_secs: u64,
     pub max_grace_secs: u64,
+    /// The memory this node offers for training, in bytes (`--memory-mb`); `None`: the
+    /// machine's memory, detected at start.
+    pub memory_bytes: Option<u64>,
     pub detector_timeout: Duration,
     /// The least adaptive liveness timeout (at most `detector_timeout`).
     pub detector_floor: Duration,
@@ -237,6 +241,15 @@ impl NodeConfig {
             .max_grace_secs
             .or(file.max_grace_secs)
             .unwrap_or(gpuchain_protocol::provider::DEFAULT_MAX_GRACE_SECS);
+        let memory_bytes = match args.memory_mb.or(file.memory_mb) {
+            None => None,
+            Some(0) => bail!(
+                "--memory-mb must be at least 1: it is the memory this provider offers for training, in MiB"
+            ),
+            Some(mb) => Some(mb.checked_mul(1 << 20).ok_or_else(|| {
+                anyhow!("--memory-mb {mb} is more bytes than a 64-bit count holds")
+            })?),
+        };
         let detector_timeout = match args.detector_timeout_ms.or(file.detector_timeout_ms) {
             Some(ms) if ms < 50 => bail!("--detector-timeout-ms must be at least 50"),
             Some(ms) => Duration::from_millis(ms),
@@ -284,6 +297,7 @@ impl NodeConfig {
             accept_tokens,
             max_job_duration_secs,
             max_grace_secs,
+            memory_bytes,
             detector_timeout,
             detector_floor,
             max_blob_bytes,
@@ -427,6 +441,7 @@ pub(crate) mod tests {
         "accept_tokens",
         "max_job_duration_secs",
         "max_grace_secs",
+        "memory_mb",
         "detector_timeout_ms",
         "detector_floor_ms",
         "max_blob_mb",
@@ -565,5 +580,35 @@ pub(crate) mod tests {
         let mut a = args();
         a.data_dir = None;
         assert!(NodeConfig::from_args(&a).is_err());
+
+        let mut a = args();
+        a.memory_mb = Some(0);
+        let e = NodeConfig::from_args(&a).expect_err("no memory");
+        assert!(
+            e.to_string().contains("--memory-mb must be at least 1"),
+            "{e}"
+        );
+        a.memory_mb = Some(u64::MAX);
+        let e = NodeConfig::from_args(&a).expect_err("overflow");
+        assert!(e.to_string().contains("--memory-mb"), "{e}");
+    }
+
+    #[test]
+    fn memory_is_declared_in_mib_or_detected() {
+        assert_eq!(
+            NodeConfig::from_args(&args()).expect("config").memory_bytes,
+            None
+        );
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "memory_mb = 16\n").expect("write");
+        let mut a = args();
+        a.config = Some(p);
+        let c = NodeConfig::from_args(&a).expect("config");
+        assert_eq!(c.memory_bytes, Some(16 << 20));
+        a.memory_mb = Some(4);
+        let c = NodeConfig::from_args(&a).expect("config");
+        assert_eq!(c.memory_bytes, Some(4 << 20), "the flag beats the file");
+        assert_eq!(crate::hardware::local(c.memory_bytes).memory_bytes, 4 << 20);
     }
 }

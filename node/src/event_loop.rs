@@ -166,7 +166,7 @@ impl<V: GossipValidator> EventLoop<V> {
             commands,
             shutdown,
             roles_tx,
-            hardware: crate::hardware::local(),
+            hardware: crate::hardware::local(config.memory_bytes),
             state: NodeState::default(),
             roles: config.roles.clone(),
             eth_address: eth_key.address(),

@@ -1,15 +1,17 @@
-//! What this node claims in its hello and bids. A CPU node offers its RAM; the trainer picks
-//! a micro-batch that fits whatever it really has, so an overstatement costs only speed.
+//! What this node claims in its hello and bids: the memory its operator offers for training
+//! (`--memory-mb`), by default the machine's RAM. The trainer plans its micro-batch from the
+//! same figure, so what a provider declares is what it trains within.
 
 use crate::wire::{DeviceKind, Hardware};
 
 /// RAM assumed when /proc/meminfo cannot be read (non-Linux, sandboxes).
 const FALLBACK_MEMORY: u64 = 4 << 30;
 
-pub fn local() -> Hardware {
+/// This node's hardware: `memory` when the operator declared it, else the detected RAM.
+pub fn local(memory: Option<u64>) -> Hardware {
     Hardware {
         device: DeviceKind::Cpu,
-        memory_bytes: mem_total().unwrap_or(FALLBACK_MEMORY),
+        memory_bytes: memory.unwrap_or_else(|| mem_total().unwrap_or(FALLBACK_MEMORY)),
     }
 }
 

@@ -105,6 +105,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
                 detector_timeout: config.detector_timeout,
                 detector_floor: config.detector_floor,
                 price_per_step: config.price_per_step,
+                hardware: crate::hardware::local(config.memory_bytes),
                 vetting,
                 fault: config.fault,
                 cheat: cheat.clone(),

@@ -227,6 +227,9 @@ pub enum Notice {
     BidRefused {
         job_id: JobId,
         rule: crate::provider::VetRule,
+        /// The figures behind the refusal where the rule alone does not say them (the
+        /// memory rule: what the job needs and what this provider offers); empty otherwise.
+        detail: String,
     },
 }
 

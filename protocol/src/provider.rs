@@ -100,8 +100,11 @@ pub enum VetRule {
     RejectedBefore,
     /// The offer's maximum price is below this provider's price.
     Price,
-    /// The spec needs more memory than this provider has, or is malformed.
+    /// The spec is malformed.
     Spec,
+    /// The job does not fit this provider's memory: the spec asks for more than it offers,
+    /// or its trainer cannot hold the model and one example ([`ProviderConfig::memory_fit`]).
+    Memory,
 }
 
 impl VetRule {
@@ -118,6 +121,7 @@ impl VetRule {
             VetRule::RejectedBefore => "rejected-before",
             VetRule::Price => "price",
             VetRule::Spec => "spec",
+            VetRule::Memory => "memory",
         }
     }
 }
@@ -211,6 +215,11 @@ impl ChainJob {
     }
 }
 
+/// Whether a node's trainer can train a job's model in `memory_bytes` at its smallest
+/// micro-batch; `Err` says why, with the figures. The protocol does not know models, so the
+/// node that does supplies this (a plain function: the machine stays deterministic).
+pub type MemoryFit = fn(spec: &JobSpec, memory_bytes: u64) -> Result<(), String>;
+
 #[derive(Clone, Debug)]
 pub struct ProviderConfig {
     pub domain: EscrowDomain,
@@ -225,6 +234,9 @@ pub struct ProviderConfig {
     /// a verifier that missed one waits for it before it checks the next.
     pub regossip_after: Duration,
     pub vetting: Vetting,
+    /// Beside the spec's `min_memory_bytes`, the trainer's own judgement of whether the
+    /// job fits `hardware.memory_bytes`; `None` checks only the spec's figure.
+    pub memory_fit: Option<MemoryFit>,
 }
 
 impl ProviderConfig {
@@ -237,7 +249,20 @@ impl ProviderConfig {
             heartbeat_period: Duration::from_millis(100),
             regossip_after: REGOSSIP_AFTER,
             vetting: Vetting::default(),
+            memory_fit: None,
         }
+    }
+
+    /// Why the job does not fit this provider's memory, if it does not.
+    pub fn memory_misfit(&self, spec: &JobSpec) -> Option<String> {
+        let have = self.hardware.memory_bytes;
+        if have < spec.min_memory_bytes {
+            return Some(format!(
+                "the job asks for {} bytes of memory; this provider offers {have}",
+                spec.min_memory_bytes
+            ));
+        }
+        self.memory_fit.and_then(|fit| fit(spec, have).err())
     }
 }
 
@@ -525,9 +550,10 @@ impl Provider {
             VetRule::Stake
         } else if self.config.price_per_step > chain.max_price_per_step {
             VetRule::Price
-        } else if spec.check().is_err() || self.config.hardware.memory_bytes < spec.min_memory_bytes
-        {
+        } else if spec.check().is_err() {
             VetRule::Spec
+        } else if self.config.memory_misfit(spec).is_some() {
+            VetRule::Memory
         } else {
             return None;
         })
@@ -558,8 +584,15 @@ impl Provider {
         if let Some(rule) = self.vet(job, chain, &offer.spec) {
             if job.refused != Some(rule) {
                 *self.refusals.entry(rule).or_default() += 1;
-                self.outputs
-                    .push_back(Output::Notice(Notice::BidRefused { job_id, rule }));
+                let detail = match rule {
+                    VetRule::Memory => self.config.memory_misfit(&offer.spec).unwrap_or_default(),
+                    _ => String::new(),
+                };
+                self.outputs.push_back(Output::Notice(Notice::BidRefused {
+                    job_id,
+                    rule,
+                    detail,
+                }));
             }
             if let Some(job) = self.jobs.get_mut(&job_id) {
                 job.refused = Some(rule);

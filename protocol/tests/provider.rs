@@ -827,3 +827,61 @@ fn claims_end_with_what_makes_them_unpayable() {
     p.handle_timeout(late);
     assert!(claims(&drain(&mut p)).is_empty());
 }
+
+/// Needs 4 GiB whatever the job: a stand-in for the node's trainer.
+fn fits_in_4_gib(_: &gpuchain_protocol::JobSpec, have: u64) -> Result<(), String> {
+    if have >= 4 << 30 {
+        Ok(())
+    } else {
+        Err(format!("needs 4294967296 bytes, offers {have}"))
+    }
+}
+
+#[test]
+fn a_job_that_does_not_fit_the_memory_gets_no_bid_and_the_refusal_says_why() {
+    let k = keys();
+    let memory_refusals = |outs: &[Output]| -> Vec<String> {
+        notices(outs)
+            .into_iter()
+            .filter_map(|n| match n {
+                Notice::BidRefused {
+                    rule: VetRule::Memory,
+                    detail,
+                    ..
+                } => Some(detail),
+                _ => None,
+            })
+            .collect()
+    };
+    for (gib, fits) in [(8, true), (4, true), (2, false)] {
+        let mut cfg = ProviderConfig::new(domain(), gpu(gib), U256::from(1000));
+        cfg.memory_fit = Some(fits_in_4_gib);
+        let mut p = Provider::new(cfg, k.a.clone());
+        confirm(&mut p, 0, &k);
+        p.handle_message(t(1), &offer(&k, 1));
+        let outs = drain(&mut p);
+        assert_eq!(bids(&outs).len(), usize::from(fits), "{gib} GiB");
+        let refused = memory_refusals(&outs);
+        if fits {
+            assert!(refused.is_empty(), "{refused:?}");
+        } else {
+            assert_eq!(
+                refused,
+                vec![format!("needs 4294967296 bytes, offers {}", 2u64 << 30)]
+            );
+            assert_eq!(p.refusals().get(&VetRule::Memory), Some(&1));
+            // Told once, not on every later event.
+            p.handle_message(t(2), &offer(&k, 1));
+            assert!(memory_refusals(&drain(&mut p)).is_empty());
+        }
+    }
+    // The spec's own minimum is the same rule, with its figures.
+    let mut small = provider(&k.b, 1000, 0);
+    confirm(&mut small, 0, &k);
+    small.handle_message(t(1), &offer(&k, 1));
+    let refused = memory_refusals(&drain(&mut small));
+    assert!(
+        refused.len() == 1 && refused[0].contains("asks for") && refused[0].contains("offers 0"),
+        "{refused:?}"
+    );
+}

@@ -77,6 +77,9 @@ pub struct NodeSection {
     pub role: String,
     /// Provider: price per step in tokens (e.g. "0.002").
     pub price: Option<String>,
+    /// Provider: the memory it offers for training, in MiB (`--memory-mb`). Default: the
+    /// machine's.
+    pub memory_mb: Option<u64>,
     /// Provider: cheat kind (junk, stale, nan, wrong-order); verifier: reject-all (votes
     /// reject on everything); client: withhold-pay (never lands an accept, ends the epoch
     /// instead).
@@ -231,7 +234,15 @@ impl Scenario {
             );
             if n.role != "provider" {
                 ensure!(n.price.is_none(), "node[{i}]: price is for providers only");
+                ensure!(
+                    n.memory_mb.is_none(),
+                    "node[{i}]: memory_mb is for providers only"
+                );
             }
+            ensure!(
+                n.memory_mb != Some(0),
+                "node[{i}].memory_mb: must be at least 1 (MiB)"
+            );
             if let Some(f) = &n.fault {
                 let cheats: &[&str] = match n.role.as_str() {
                     "provider" => &CHEATS,
@@ -469,6 +480,9 @@ async fn play(
         let mut spec = net.role_spec(&n.name, &n.role)?;
         if let Some(p) = &n.price {
             spec = spec.arg("--price-per-step").arg(p.clone());
+        }
+        if let Some(m) = n.memory_mb {
+            spec = spec.arg("--memory-mb").arg(m.to_string());
         }
         if let Some(f) = &n.fault {
             spec = spec.arg("--fault").arg(f.clone());

@@ -98,6 +98,15 @@ fn broken_scenarios_name_the_field() -> Result<()> {
             base.replace("at_step = 15", "at_step = 15\nat_exit = true"),
             "fault[0]",
         ),
+        // Memory is a provider's, and at least 1 MiB.
+        (
+            base.replace("role = \"client\"", "role = \"client\"\nmemory_mb = 4"),
+            "memory_mb is for providers only",
+        ),
+        (
+            base.replace("price = \"0.001\"", "price = \"0.001\"\nmemory_mb = 0"),
+            "memory_mb: must be at least 1",
+        ),
         // `after` names an earlier fault.
         (
             base.replace("at_step = 15", "at_secs = 3\nafter = 0"),
@@ -346,5 +355,118 @@ async fn junk_and_stale_text_checkpoints_are_refused_and_slashed() -> Result<()>
             );
         }
     }
+    Ok(())
+}
+
+/// Providers of different sizes: `a` (16 MiB) trains the batch of 32 at once and is killed;
+/// `b`, with a quarter of the memory, resumes a's accepted checkpoint with 4 micro-batches
+/// of 8, and both verifiers accept its checkpoints after replaying its steps with the
+/// micro-batch they record (exact replays: a different split would not match). The job
+/// completes and every step is paid once, at the price of whoever trained it. `tiny`, the
+/// cheapest, offers too little memory for one example beside the model and never bids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_smaller_replacement_trains_with_its_own_plan_and_is_paid_exactly() -> Result<()> {
+    use gpuchain_testnet::NodeEvent;
+    let (report, dir) = play("heterogeneous").await?;
+    ensure!(report.outcome == "completed", "{}", report.text());
+    ensure!(report.last_accepted_step == 40, "{}", report.text());
+    ensure!(report.faults_fired.len() == 1, "{}", report.text());
+    let record = read_record(&dir.join(RECORD_FILE))?;
+    let events = |node: &'static str| {
+        record
+            .iter()
+            .filter(move |l| l.node == node)
+            .filter_map(|l| l.node_event())
+    };
+    // (epoch, micro-batch, accumulation) of each epoch a provider trained.
+    let plans = |node| -> Vec<(u64, u64, u64)> {
+        events(node)
+            .filter_map(|e| match e {
+                NodeEvent::TrainingPlan {
+                    epoch,
+                    effective_batch: 32,
+                    micro_batch,
+                    accumulation,
+                    ..
+                } => Some((*epoch, *micro_batch, *accumulation)),
+                _ => None,
+            })
+            .collect()
+    };
+    let (a, b) = (plans("a"), plans("b"));
+    println!("plans (epoch, micro-batch, accumulation): a {a:?}, b {b:?}");
+    ensure!(a == [(1, 32, 1)], "a's plans: {a:?}");
+    ensure!(
+        !b.is_empty() && b.iter().all(|(_, m, acc)| (*m, *acc) == (8, 4)),
+        "b's plans: {b:?}"
+    );
+    // Every checkpoint b announced was spot-checked and accepted by both verifiers.
+    let b_epochs: Vec<u64> = b.iter().map(|p| p.0).collect();
+    let b_steps: Vec<u64> = events("b")
+        .filter_map(|e| match e {
+            NodeEvent::CheckpointAnnounced { epoch, step, .. } if b_epochs.contains(epoch) => {
+                Some(*step)
+            }
+            _ => None,
+        })
+        .collect();
+    ensure!(b_steps.contains(&40), "b announced {b_steps:?}");
+    for v in ["v1", "v2"] {
+        for s in &b_steps {
+            ensure!(
+                events(v).any(
+                    |e| matches!(e, NodeEvent::SpotCheck { step, pass: true, .. } if step == s)
+                ),
+                "{v} has no passing spot check of b's step {s}"
+            );
+            ensure!(
+                events(v).any(
+                    |e| matches!(e, NodeEvent::VotePublished { step, epoch, accept: true, .. }
+                    if step == s && b_epochs.contains(epoch))
+                ),
+                "{v} did not accept b's checkpoint at step {s}"
+            );
+        }
+        ensure!(
+            !events(v).any(|e| matches!(e, NodeEvent::VotePublished { accept: false, .. })),
+            "{v} voted against honest work"
+        );
+    }
+    // Each of the 40 steps paid once: a's at 0.001, b's at 0.002, to the unit.
+    let paid = |n| units(&of(&report.paid, n).unwrap_or_else(|| "0".into()));
+    let (a_steps, b_steps_paid) = (paid("a")? / 1_000, paid("b")? / 2_000);
+    ensure!(
+        paid("a")? % 1_000 == 0
+            && paid("b")? % 2_000 == 0
+            && a_steps % 10 == 0
+            && a_steps >= 10
+            && b_steps_paid >= 10
+            && a_steps + b_steps_paid == 40,
+        "a paid for {a_steps} steps, b for {b_steps_paid}: {}",
+        report.text()
+    );
+    for n in ["a", "b"] {
+        ensure!(
+            of(&report.withdrawable, n) == of(&report.paid, n),
+            "{n}: {}",
+            report.text()
+        );
+    }
+    ensure!(
+        report.burned == "0.00" && report.conserved,
+        "{}",
+        report.text()
+    );
+    // tiny never bid, and said why, with the figures.
+    ensure!(
+        !events("tiny").any(|e| matches!(e, NodeEvent::BidPublished { .. })),
+        "tiny bid"
+    );
+    ensure!(
+        events("tiny").any(|e| matches!(e, NodeEvent::BidRefused { rule, detail, .. }
+            if rule == "memory" && detail.contains("1.00 MiB cannot train"))),
+        "tiny did not say why it does not bid"
+    );
+    ensure!(paid("tiny")? == 0, "{}", report.text());
     Ok(())
 }

@@ -183,6 +183,10 @@ pub enum NodeEvent {
     BidRefused {
         job_id: String,
         rule: String,
+        /// The figures where the rule alone does not say them (`memory`: what the job needs,
+        /// what this provider offers); empty otherwise and in older records.
+        #[serde(default)]
+        detail: String,
     },
     ChainPollFailed {
         error: String,
@@ -300,6 +304,20 @@ pub enum NodeEvent {
         from_step: u64,
         from_checkpoint: String,
         fault: Option<String>,
+    },
+    /// How this provider splits the job's effective batch, chosen from the memory it offers
+    /// (`--memory-mb`): `accumulation` micro-batches of `micro_batch` examples a step. Its
+    /// checkpoints record the micro-batch, and the verifiers replay with it.
+    TrainingPlan {
+        job_id: String,
+        epoch: u64,
+        effective_batch: u64,
+        micro_batch: u64,
+        accumulation: u64,
+        /// The memory offered, in bytes.
+        memory_bytes: u64,
+        /// Activations per example, as the trainer estimates them, in bytes.
+        bytes_per_example: u64,
     },
     FirstStep {
         job_id: String,
@@ -444,6 +462,7 @@ impl NodeEvent {
             | UnknownJob { job_id }
             | TrainerInconsistent { job_id, .. }
             | TrainingStarted { job_id, .. }
+            | TrainingPlan { job_id, .. }
             | FirstStep { job_id, .. }
             | Step { job_id, .. }
             | TrainingDone { job_id, .. }
@@ -503,6 +522,20 @@ mod tests {
             NodeEvent::Fatal {
                 error: "bootstrap unreachable".into(),
             },
+            NodeEvent::TrainingPlan {
+                job_id: "1".into(),
+                epoch: 2,
+                effective_batch: 32,
+                micro_batch: 8,
+                accumulation: 4,
+                memory_bytes: 4 << 20,
+                bytes_per_example: 344_064,
+            },
+            NodeEvent::BidRefused {
+                job_id: "1".into(),
+                rule: "memory".into(),
+                detail: "1.00 MiB cannot train this model".into(),
+            },
         ];
         for (ev, name) in evs.into_iter().zip([
             "provider_lost",
@@ -511,6 +544,8 @@ mod tests {
             "tx_mined",
             "cursor_reset",
             "fatal",
+            "training_plan",
+            "bid_refused",
         ]) {
             let (event, data) = ev.to_fields();
             assert_eq!(event, name);
@@ -537,6 +572,18 @@ mod tests {
             panic!("an old provider_lost record must parse");
         };
         assert_eq!(reason, "");
+    }
+
+    #[test]
+    fn a_bid_refusal_recorded_before_details_still_parses() {
+        let data = r#"{"event":"bid_refused","job_id":"1","rule":"grace"}"#;
+        let line = serde_json::json!({
+            "target": EVENT_TARGET, "event": "bid_refused", "data": data,
+        });
+        let Some(NodeEvent::BidRefused { rule, detail, .. }) = NodeEvent::from_line(&line) else {
+            panic!("an old bid_refused record must parse");
+        };
+        assert_eq!((rule.as_str(), detail.as_str()), ("grace", ""));
     }
 
     #[test]

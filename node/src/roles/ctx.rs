@@ -87,6 +87,9 @@ pub struct RolesConfig {
     /// The least adaptive liveness timeout (at most `detector_timeout`).
     pub detector_floor: Duration,
     pub price_per_step: U256,
+    /// What this node declares in its bids (`--memory-mb` or the machine's memory); its
+    /// trainer plans within the same memory.
+    pub hardware: gpuchain_protocol::messages::Hardware,
     /// What the provider requires of a job before it bids.
     pub vetting: gpuchain_protocol::provider::Vetting,
     pub fault: Option<Fault>,
@@ -141,6 +144,8 @@ pub struct Ctx {
     pub events: mpsc::Sender<RoleEvent>,
     pub data_dir: PathBuf,
     pub cheat: Option<Arc<CheatSwitch>>,
+    /// The memory this provider offers for training, in bytes: the trainer's budget.
+    pub memory_bytes: u64,
 }
 
 impl Ctx {

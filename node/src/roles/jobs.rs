@@ -290,6 +290,24 @@ pub fn train_spec(spec: &JobSpec) -> Result<TrainSpec> {
     })
 }
 
+/// Whether this node's trainer can train `spec`'s model in `memory_bytes` with at least one
+/// example a micro-batch: the provider machine's [`gpuchain_protocol::provider::MemoryFit`],
+/// so a provider too small for a job does not bid on it, and says why with the figures. The
+/// trainer plans from the same figures when it starts ([`gpuchain_trainer::plan_for_memory`]).
+/// A spec this node cannot map, or a pretrained encoder whose size is only in its weights,
+/// is not refused here: training such a job fails at its start with the trainer's reason.
+pub fn memory_fit(spec: &JobSpec, memory_bytes: u64) -> std::result::Result<(), String> {
+    let Ok(t) = train_spec(spec) else {
+        return Ok(());
+    };
+    match gpuchain_trainer::memory_need(&t.model, t.seed) {
+        Ok(Some(need)) => gpuchain_trainer::plan_for_memory(t.effective_batch, need, memory_bytes)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Ok(None) | Err(_) => Ok(()),
+    }
+}
+
 /// Where a job's model blob is unpacked, under its data folder (the data bundles hold plain
 /// file names, so they cannot reach into it).
 const MODEL_SUBDIR: &str = "model";
@@ -705,6 +723,22 @@ mod tests {
         spec.hyper.extra.insert("lora_dropout".into(), 0.1);
         let e = train_spec(&spec).expect_err("unknown key");
         assert!(e.to_string().contains("lora_dropout"), "{e}");
+    }
+
+    /// The fashion CNN needs its state (1.21 MiB) and one example's activations (0.33 MiB):
+    /// a provider offering 1 MiB is refused with those figures, 2 MiB fits.
+    #[test]
+    fn a_provider_too_small_for_the_model_is_told_so_with_the_figures() {
+        let h = Hash::repeat_byte(1);
+        let mut spec = JobSpec::fashion_cnn_demo(h, h, h);
+        spec.effective_batch = 32;
+        let e = memory_fit(&spec, 1 << 20).expect_err("1 MiB");
+        assert!(
+            e.contains("1.00 MiB cannot train") && e.contains("at least 1.54 MiB"),
+            "{e}"
+        );
+        assert_eq!(memory_fit(&spec, 2 << 20), Ok(()));
+        assert_eq!(memory_fit(&spec, 16 << 20), Ok(()));
     }
 
     #[test]

@@ -100,10 +100,10 @@ impl RoleRuntime {
                 cc
             }),
             provider: has(Role::Provider).then(|| {
-                let mut pc =
-                    ProviderConfig::new(domain, crate::hardware::local(), config.price_per_step);
+                let mut pc = ProviderConfig::new(domain, config.hardware, config.price_per_step);
                 pc.heartbeat_period = config.heartbeat_period;
                 pc.vetting = config.vetting.clone();
+                pc.memory_fit = Some(jobs::memory_fit);
                 pc
             }),
             verifier: has(Role::Verifier)
@@ -128,6 +128,7 @@ impl RoleRuntime {
             events: tx.clone(),
             data_dir: config.data_dir,
             cheat: config.cheat,
+            memory_bytes: config.hardware.memory_bytes,
         };
         let rt = Self {
             origin: Instant::now(),

@@ -169,12 +169,21 @@ pub fn notice(n: &Notice) {
             },
             "submitting the accept of our own checkpoint",
         ),
-        Notice::BidRefused { job_id, rule } => crate::events::emit(
+        Notice::BidRefused {
+            job_id,
+            rule,
+            detail,
+        } => crate::events::emit(
             NodeEvent::BidRefused {
                 job_id: job_id.to_string(),
                 rule: rule.name().to_string(),
+                detail: detail.clone(),
             },
-            "not bidding: the job's terms break a rule of this provider",
+            &if detail.is_empty() {
+                "not bidding: the job's terms break a rule of this provider".to_string()
+            } else {
+                format!("not bidding: {detail}")
+            },
         ),
     }
 }

@@ -155,14 +155,35 @@ fn train_loop(
     control: &Control,
 ) -> Result<()> {
     let cancel = &control.cancel;
+    // The plan comes from the memory this provider offers; a resume may split the batch
+    // differently from the checkpoint's producer (only the optimizer steps carry over).
     let opts = TrainerOptions {
         keep_states: true,
+        memory: Some(ctx.memory_bytes),
         ..TrainerOptions::default()
     };
     let mut trainer = match &resume {
         None => Trainer::new(job.clone(), s.epoch, opts)?,
         Some(bytes) => Trainer::resume(job.clone(), bytes, s.epoch, opts)?,
     };
+    let plan = trainer.plan();
+    crate::events::emit(
+        NodeEvent::TrainingPlan {
+            job_id: s.job_id.to_string(),
+            epoch: s.epoch,
+            effective_batch: spec.effective_batch.into(),
+            micro_batch: plan.micro_batch as u64,
+            accumulation: plan.accumulation as u64,
+            memory_bytes: ctx.memory_bytes,
+            bytes_per_example: plan.bytes_per_example,
+        },
+        &format!(
+            "training plan: {} micro-batches of {} a step, within {} MiB",
+            plan.accumulation,
+            plan.micro_batch,
+            ctx.memory_bytes >> 20
+        ),
+    );
     if trainer.step_count() != s.from_step {
         bail!(
             "the start checkpoint is at step {} but the escrow assigned from step {}",

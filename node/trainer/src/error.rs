@@ -35,6 +35,16 @@ pub enum TrainerError {
     /// The job specification is inconsistent (e.g. a batch that is zero).
     #[error("invalid job spec: field `{field}`: {reason}")]
     Spec { field: &'static str, reason: String },
+    /// A provider's memory cannot train the model even one example at a time.
+    #[error(
+        "{memory} cannot train this model: its state (weights, gradients, Adam moments) takes {state} and one example's activations {per_example}; at least {minimum} is needed"
+    )]
+    DoesNotFit {
+        memory: String,
+        state: String,
+        per_example: String,
+        minimum: String,
+    },
     #[error("model: {0}")]
     Model(String),
     #[error("device: {0}")]

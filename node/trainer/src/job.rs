@@ -12,6 +12,7 @@ use crate::error::{Result, TrainerError};
 use crate::model::bert::{BertConfig, BertEncoder, BertLora, load_tokenizer};
 use crate::model::{FashionCnn, Mlp, Model};
 use crate::spec::{BertBase, ModelSpec, TrainSpec};
+use crate::trainer::MemoryNeed;
 
 /// The tokenizer file of a `bert-lora` job's model folder.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
@@ -247,6 +248,51 @@ impl Job {
     pub fn eval_len(&self) -> usize {
         self.eval.len().min(self.spec.quality.eval_examples)
     }
+}
+
+/// What `model` needs in memory to train ([`MemoryNeed`]), worked out before any data or
+/// weights are fetched, so a provider can decide whether to bid. The model is built on the
+/// CPU from the spec alone (weights from `seed`; their values do not matter here). `None` for
+/// a pretrained encoder: its size is in its weights, which come with the job's model blob,
+/// so the trainer checks it when it starts.
+pub fn memory_need(model: &ModelSpec, seed: u64) -> Result<Option<MemoryNeed>> {
+    let dev = Device::Cpu;
+    let built: Box<dyn Model> = match model {
+        ModelSpec::Mlp { hidden } => Box::new(Mlp::new(*hidden, seed, &dev)?),
+        ModelSpec::FashionCnn => Box::new(FashionCnn::new(seed, &dev)?),
+        ModelSpec::BertLora {
+            base: BertBase::Pretrained { .. },
+            ..
+        } => return Ok(None),
+        ModelSpec::BertLora {
+            base:
+                BertBase::TinyRandom {
+                    layers,
+                    hidden,
+                    heads,
+                    intermediate,
+                    seed: base_seed,
+                },
+            rank,
+            alpha,
+            targets,
+            num_classes,
+            max_len,
+        } => {
+            let cfg = tiny_config(*layers, *hidden, *heads, *intermediate, *max_len);
+            let enc = Arc::new(BertEncoder::tiny_random(cfg, *base_seed, &dev)?);
+            Box::new(BertLora::new(
+                enc,
+                *rank,
+                *alpha,
+                targets,
+                *num_classes,
+                seed,
+                &dev,
+            )?)
+        }
+    };
+    Ok(Some(MemoryNeed::of(built.as_ref())))
 }
 
 /// The tiny random BERT's vocabulary size: a job's word tokenizer may use at most this many ids.

@@ -33,9 +33,13 @@ pub use checkpoint::{Checkpoint, CheckpointMeta, file_hash};
 pub use device::DeviceChoice;
 pub use error::{Result, TrainerError};
 pub use job::Job;
+pub use job::memory_need;
 pub use spec::{BertBase, LoraTarget, ModelSpec, OptimSpec, QualitySpec, TrainSpec};
 pub use state::{StateHash, TrainState, commitment_root};
-pub use trainer::{MicroBatchPlan, StepReport, Stop, Trainer, TrainerOptions, plan_micro_batch};
+pub use trainer::{
+    MemoryNeed, MicroBatchPlan, StepReport, Stop, Trainer, TrainerOptions, plan_for_memory,
+    plan_micro_batch,
+};
 pub use verify::quality::{EvalReport, Reason, Verdict, quality_test, quality_test_cached};
 pub use verify::spot::{
     SpotMode, SpotReport, SpotResult, checkpoint_from_preimage, choose_steps, spot_check,

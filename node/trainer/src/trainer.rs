@@ -24,6 +24,10 @@ use crate::verify::quality::{EvalReport, evaluate};
 pub struct TrainerOptions {
     /// Bytes available for activations; the largest micro-batch that fits is chosen.
     pub memory_budget: Option<u64>,
+    /// Bytes this provider offers for the whole training: the model's state comes out of it
+    /// first and the rest holds activations ([`plan_for_memory`]). Give this or
+    /// `memory_budget`, not both.
+    pub memory: Option<u64>,
     /// Forces a micro-batch (a divisor of the effective batch): exact replays use the
     /// producer's.
     pub micro_batch: Option<usize>,
@@ -35,6 +39,7 @@ impl Default for TrainerOptions {
     fn default() -> Self {
         Self {
             memory_budget: None,
+            memory: None,
             micro_batch: None,
             keep_states: true,
         }
@@ -71,6 +76,59 @@ pub fn plan_micro_batch(
         accumulation: effective / micro,
         bytes_per_example,
     })
+}
+
+/// What a model needs in memory to train: its state whatever the micro-batch (weights, their
+/// gradients and Adam's two moments: four copies of the weights), then activations per
+/// example ([`Model::bytes_per_example`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryNeed {
+    pub state_bytes: u64,
+    pub bytes_per_example: u64,
+}
+
+impl MemoryNeed {
+    pub fn of(model: &dyn Model) -> Self {
+        let weights: u64 = model
+            .params()
+            .values()
+            .map(|v| (v.elem_count() * v.dtype().size_in_bytes()) as u64)
+            .sum();
+        Self {
+            state_bytes: 4 * weights,
+            bytes_per_example: model.bytes_per_example(),
+        }
+    }
+
+    /// The least memory that trains at all: the state and one example's activations.
+    pub fn minimum(&self) -> u64 {
+        self.state_bytes.saturating_add(self.bytes_per_example)
+    }
+}
+
+/// Bytes in MiB with two decimals, for messages to operators.
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / f64::from(1u32 << 20))
+}
+
+/// The plan of a provider that offers `memory` bytes for a job of effective batch
+/// `effective`: the state comes first, the largest micro-batch (a divisor of `effective`)
+/// whose activations fit in the rest is chosen. An error, naming the figures, when not even
+/// one example fits: such a provider must not bid.
+pub fn plan_for_memory(effective: usize, need: MemoryNeed, memory: u64) -> Result<MicroBatchPlan> {
+    if memory < need.minimum() {
+        return Err(TrainerError::DoesNotFit {
+            memory: mib(memory),
+            state: mib(need.state_bytes),
+            per_example: mib(need.bytes_per_example),
+            minimum: mib(need.minimum()),
+        });
+    }
+    plan_micro_batch(
+        effective,
+        need.bytes_per_example,
+        Some(memory - need.state_bytes),
+    )
 }
 
 /// What one step did; the node heartbeats `step` and `loss`.
@@ -174,7 +232,16 @@ impl Trainer {
                 accumulation: eff / m,
                 bytes_per_example: model.bytes_per_example(),
             },
-            None => plan_micro_batch(eff, model.bytes_per_example(), opts.memory_budget)?,
+            None => match (opts.memory, opts.memory_budget) {
+                (Some(_), Some(_)) => {
+                    return Err(TrainerError::Spec {
+                        field: "memory",
+                        reason: "give the memory offered or the activation budget, not both".into(),
+                    });
+                }
+                (Some(m), None) => plan_for_memory(eff, MemoryNeed::of(model.as_ref()), m)?,
+                (None, budget) => plan_micro_batch(eff, model.bytes_per_example(), budget)?,
+            },
         };
         let order = DataOrder::new(job.spec.seed, job.train.len());
         let mut t = Self {

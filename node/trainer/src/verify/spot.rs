@@ -59,6 +59,7 @@ pub fn replay(
 ) -> Result<TrainState> {
     let opts = TrainerOptions {
         memory_budget,
+        memory: None,
         micro_batch,
         keep_states: false,
     };

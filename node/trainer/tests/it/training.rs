@@ -1,7 +1,10 @@
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use gpuchain_trainer::{DeviceChoice, Stop, Trainer, TrainerOptions, plan_micro_batch};
+use gpuchain_trainer::{
+    DeviceChoice, ModelSpec, Stop, Trainer, TrainerError, TrainerOptions, memory_need,
+    plan_for_memory, plan_micro_batch,
+};
 
 use crate::common::mlp_job;
 
@@ -168,4 +171,68 @@ fn device_choice_parses() {
         let err = DeviceChoice::Cuda(0).open().unwrap_err().to_string();
         assert!(err.contains("--features cuda"), "{err}");
     }
+}
+
+/// What the node's providers of different sizes get for the fashion CNN at effective batch
+/// 32: the plan follows the memory offered once the model's state is out of it, and a
+/// provider that cannot hold the state and one example gets an error with the figures.
+#[test]
+fn memory_offered_decides_the_plan_and_who_cannot_train() {
+    let need = memory_need(&ModelSpec::FashionCnn, 4).unwrap().unwrap();
+    // 79,242 weights × 4 bytes × 4 copies; ~336 KiB of activations an example.
+    assert_eq!(need.state_bytes, 4 * 4 * 79_242);
+    assert_eq!(need.bytes_per_example, 344_064);
+    let plan = |mib: u64| plan_for_memory(32, need, mib << 20);
+    let a = plan(16).unwrap();
+    assert_eq!((a.micro_batch, a.accumulation), (32, 1));
+    let b = plan(4).unwrap();
+    assert_eq!((b.micro_batch, b.accumulation), (8, 4));
+    assert_eq!(plan(2).unwrap().micro_batch, 2);
+    // Exactly the minimum trains one example at a time; a byte less does not.
+    let one = plan_for_memory(32, need, need.minimum()).unwrap();
+    assert_eq!((one.micro_batch, one.accumulation), (1, 32));
+    let e = plan_for_memory(32, need, need.minimum() - 1).unwrap_err();
+    assert!(matches!(e, TrainerError::DoesNotFit { .. }), "{e}");
+    let e = plan(1).unwrap_err().to_string();
+    assert!(
+        e.contains("1.00 MiB cannot train") && e.contains("1.21 MiB") && e.contains("1.54 MiB"),
+        "{e}"
+    );
+    // A pretrained encoder's size is in its weights: not known from the spec alone.
+    let pretrained = ModelSpec::BertLora {
+        base: gpuchain_trainer::BertBase::Pretrained { name: "x".into() },
+        rank: 4,
+        alpha: 8.0,
+        targets: gpuchain_trainer::LoraTarget::DEFAULT.to_vec(),
+        num_classes: 4,
+        max_len: 16,
+    };
+    assert_eq!(memory_need(&pretrained, 4).unwrap(), None);
+}
+
+/// The trainer takes the memory offered and plans from it; both budgets at once are refused.
+#[test]
+fn trainer_plans_from_the_memory_offered() {
+    let job = mlp_job("memory", 3, 10);
+    let need = gpuchain_trainer::MemoryNeed::of(job.build_model(0).unwrap().as_ref());
+    let opts = |memory, memory_budget| TrainerOptions {
+        memory,
+        memory_budget,
+        ..Default::default()
+    };
+    let t = Trainer::new(
+        job.clone(),
+        0,
+        opts(Some(need.state_bytes + 16 * need.bytes_per_example), None),
+    )
+    .unwrap();
+    assert_eq!((t.plan().micro_batch, t.plan().accumulation), (16, 4));
+    let e = Trainer::new(job.clone(), 0, opts(Some(need.state_bytes), None))
+        .err()
+        .unwrap();
+    assert!(matches!(e, TrainerError::DoesNotFit { .. }), "{e}");
+    let e = Trainer::new(job, 0, opts(Some(1 << 30), Some(1 << 30)))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("not both"), "{e}");
 }

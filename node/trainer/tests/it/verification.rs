@@ -258,3 +258,39 @@ fn tolerance_mode_accepts_other_micro_batches_exact_mode_does_not() {
     assert!(!r.matched && r.detail.contains("not the committed"));
     let _ = file_hash(&before);
 }
+
+/// A replacement with a quarter of the memory resumes the accepted checkpoint of a provider
+/// that trained 64 at once, trains with micro-batches of 16, and an exact spot check of
+/// every step of its interval passes: it replays with the micro-batch the replacement's
+/// checkpoint records. Replayed with the first provider's split instead, the same step lands
+/// elsewhere (accumulation order changes the rounding), which is why the plan is recorded.
+#[test]
+fn a_smaller_replacement_resumes_and_its_steps_replay_with_its_own_plan() {
+    let job = mlp_job("hetero", 31, 200);
+    let (parent, _) = parent_and_trainer(&job);
+    let need = gpuchain_trainer::MemoryNeed::of(job.build_model(0).unwrap().as_ref());
+    let small = TrainerOptions {
+        memory: Some(need.state_bytes + 16 * need.bytes_per_example),
+        ..Default::default()
+    };
+    let mut b = Trainer::resume(job.clone(), &parent, 2, small).unwrap();
+    assert_eq!((b.plan().micro_batch, b.plan().accumulation), (16, 4));
+    run(&mut b, INTERVAL + 4);
+    let committed = b.interval_hashes().to_vec();
+    let ckpt = b.checkpoint().unwrap();
+    assert_eq!(
+        ckpt.meta.micro_batch, 16,
+        "the plan travels in the checkpoint"
+    );
+    let report = spot_check_interval(&job, INTERVAL, &committed, 5, 4, SpotMode::Exact, |s| {
+        b.serve_state(s)
+    })
+    .unwrap();
+    assert!(report.accepted, "{report:?}");
+    assert_eq!(report.results.len(), 4);
+    let before =
+        gpuchain_trainer::Checkpoint::from_bytes(&b.serve_state(INTERVAL).unwrap(), &job.device)
+            .unwrap();
+    let as_a = gpuchain_trainer::verify::spot::replay(&job, &before, Some(64), None).unwrap();
+    assert_ne!(as_a.hash().unwrap(), committed[1]);
+}
