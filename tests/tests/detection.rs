@@ -9,7 +9,7 @@
 //!
 //! ```text
 //! cargo build -p gpuchain
-//! cargo test -p gpuchain-e2e --test detection -- --ignored --nocapture
+//! cargo test -p gpuchain-e2e --test detection -- --ignored --nocapture detection_latency
 //! ```
 //!
 //! `GPUCHAIN_DETECTION_TRIALS` sets the trials per kind (default 20);
