@@ -10,7 +10,7 @@ use candle_core::{D, Device, Tensor};
 use serde::Deserialize;
 use tokenizers::Tokenizer;
 
-use super::{Model, Params, add_var, linear};
+use super::{Model, Params, add_var, frozen_linear, linear};
 use crate::data::Input;
 use crate::error::{Result, TrainerError};
 use crate::init::{normal, uniform};
@@ -146,6 +146,17 @@ impl BertEncoder {
         lora: Option<&Lora<'_>>,
         fused_ln: bool,
     ) -> Result<Tensor> {
+        self.forward_impl(ids, mask, lora, fused_ln, Projections::Frozen)
+    }
+
+    fn forward_impl(
+        &self,
+        ids: &Tensor,
+        mask: &Tensor,
+        lora: Option<&Lora<'_>>,
+        fused_ln: bool,
+        projections: Projections,
+    ) -> Result<Tensor> {
         let c = &self.config;
         let (b, s) = ids.dims2()?;
         if s > c.max_position_embeddings {
@@ -199,11 +210,12 @@ impl BertEncoder {
         for i in 0..c.num_hidden_layers {
             let p = format!("encoder.layer.{i}");
             let lin = |x: &Tensor, name: &str| -> Result<Tensor> {
-                linear(
-                    x,
-                    self.w(&format!("{p}.{name}.weight")),
-                    Some(self.w(&format!("{p}.{name}.bias"))),
-                )
+                let w = self.w(&format!("{p}.{name}.weight"));
+                let b = Some(self.w(&format!("{p}.{name}.bias")));
+                match projections {
+                    Projections::Frozen => frozen_linear(x, w, b),
+                    Projections::Plain => linear(x, w, b),
+                }
             };
             let mut q = lin(&x, "attention.self.query")?;
             let mut k = lin(&x, "attention.self.key")?;
@@ -238,6 +250,16 @@ impl BertEncoder {
         }
         Ok(x)
     }
+}
+
+/// How the encoder's frozen projections are recorded for backward. Both give the same numbers
+/// bit for bit; `Plain` also computes the (discarded) gradients of the frozen weights, as
+/// candle's `Matmul` does, and is kept as the reference the tests compare `Frozen` against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Projections {
+    Frozen,
+    #[cfg_attr(not(test), allow(dead_code))] // only the tests build the reference
+    Plain,
 }
 
 /// LayerNorm over the last dimension from primitive ops, so it has a backward pass.
@@ -368,10 +390,15 @@ impl BertLora {
 
     /// Logits with candle's fused LayerNorm (no gradients): the cross-check for our forward.
     pub fn forward_fused_ln(&self, input: &Input) -> Result<Tensor> {
-        self.forward_inner(input, true)
+        self.forward_inner(input, true, Projections::Frozen)
     }
 
-    fn forward_inner(&self, input: &Input, fused_ln: bool) -> Result<Tensor> {
+    fn forward_inner(
+        &self,
+        input: &Input,
+        fused_ln: bool,
+        projections: Projections,
+    ) -> Result<Tensor> {
         let Input::Tokens { ids, mask } = input else {
             return Err(TrainerError::Model(
                 "bert-lora takes tokens, the dataset gives images".into(),
@@ -381,7 +408,9 @@ impl BertLora {
             params: &self.params,
             scale: self.scale,
         };
-        let hs = self.encoder.forward(ids, mask, Some(&lora), fused_ln)?;
+        let hs = self
+            .encoder
+            .forward_impl(ids, mask, Some(&lora), fused_ln, projections)?;
         let m = mask.unsqueeze(2)?;
         // Mean over real tokens; the clamp keeps an all-padding row finite.
         let pooled = hs
@@ -404,7 +433,7 @@ impl Model for BertLora {
     }
 
     fn forward(&self, input: &Input) -> Result<Tensor> {
-        self.forward_inner(input, false)
+        self.forward_inner(input, false, Projections::Frozen)
     }
 
     fn bytes_per_example(&self) -> u64 {
@@ -476,4 +505,102 @@ pub fn minilm_dir() -> std::path::PathBuf {
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/models/all-MiniLM-L6-v2")
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Model;
+
+    /// Bits of every element, so equality means bit-identical (NaNs included).
+    fn bits(t: &Tensor) -> Vec<u32> {
+        t.flatten_all()
+            .and_then(|t| t.to_vec1::<f32>())
+            .expect("f32 tensor")
+            .into_iter()
+            .map(f32::to_bits)
+            .collect()
+    }
+
+    /// Logits, loss and every trainable tensor's gradient with the frozen projections recorded
+    /// as `FrozenMatmul` and as candle's `Matmul`: they must agree bit for bit, since training,
+    /// checkpoints and the spot check rely on CPU steps being reproducible across versions.
+    fn frozen_matches_plain(enc: Arc<BertEncoder>, batch: usize, len: usize) {
+        let dev = Device::Cpu;
+        let vocab = enc.config.vocab_size as u32;
+        for targets in [&LoraTarget::DEFAULT[..], &LoraTarget::ALL[..]] {
+            let model = BertLora::new(enc.clone(), 4, 8.0, targets, 3, 5, &dev).unwrap();
+            // B starts at zero, which would leave A's gradient zero: give B values.
+            for (name, var) in model.params() {
+                if name.ends_with(".b") {
+                    var.set(&normal(9, name, var.dims(), 0.05, &dev).unwrap())
+                        .unwrap();
+                }
+            }
+            let ids: Vec<u32> = (0..batch * len)
+                .map(|i| ((i as u32).wrapping_mul(2_654_435_761) % vocab).max(1))
+                .collect();
+            let ids = Tensor::from_vec(ids, (batch, len), &dev).unwrap();
+            // The last row is half padding, so the attention bias and pooling take part.
+            let mask: Vec<f32> = (0..batch * len)
+                .map(|i| {
+                    if i / len == batch - 1 && i % len >= len / 2 {
+                        0.0
+                    } else {
+                        1.0
+                    }
+                })
+                .collect();
+            let mask = Tensor::from_vec(mask, (batch, len), &dev).unwrap();
+            let labels: Vec<u32> = (0..batch as u32).map(|i| i % 3).collect();
+            let labels = Tensor::from_vec(labels, batch, &dev).unwrap();
+            let input = Input::Tokens { ids, mask };
+            let run = |projections| {
+                let logits = model.forward_inner(&input, false, projections).unwrap();
+                let loss = candle_nn::loss::cross_entropy(&logits, &labels).unwrap();
+                let grads = loss.backward().unwrap();
+                let g: Vec<(String, Vec<u32>)> = model
+                    .params()
+                    .iter()
+                    .map(|(n, v)| (n.clone(), bits(grads.get(v.as_tensor()).expect(n))))
+                    .collect();
+                (bits(&logits), bits(&loss), g)
+            };
+            let (frozen, plain) = (run(Projections::Frozen), run(Projections::Plain));
+            assert_eq!(frozen.0, plain.0, "logits differ ({targets:?})");
+            assert_eq!(frozen.1, plain.1, "loss differs ({targets:?})");
+            for ((name, f), (_, p)) in frozen.2.iter().zip(&plain.2) {
+                assert!(f.iter().any(|&b| b != 0), "{name}: zero gradient");
+                assert_eq!(f, p, "gradient of {name} differs ({targets:?})");
+            }
+        }
+    }
+
+    #[test]
+    fn frozen_projections_give_bit_identical_gradients_tiny() {
+        let config = BertConfig {
+            vocab_size: 50,
+            hidden_size: 32,
+            num_hidden_layers: 2,
+            num_attention_heads: 2,
+            intermediate_size: 64,
+            max_position_embeddings: 64,
+            type_vocab_size: 2,
+            layer_norm_eps: 1e-12,
+            hidden_act: "gelu".into(),
+        };
+        let enc = BertEncoder::tiny_random(config, 3, &Device::Cpu).unwrap();
+        frozen_matches_plain(Arc::new(enc), 3, 12);
+    }
+
+    #[test]
+    fn frozen_projections_give_bit_identical_gradients_minilm() {
+        let dir = minilm_dir();
+        if !dir.join("model.safetensors").is_file() {
+            println!("note: skipping, no MiniLM weights at {}", dir.display());
+            return;
+        }
+        let enc = BertEncoder::load(&dir, &Device::Cpu).unwrap();
+        frozen_matches_plain(Arc::new(enc), 4, 32);
+    }
 }
