@@ -409,7 +409,7 @@ mod tests {
     /// JSON-ish bodies: mostly objects with the request fields, sometimes anything.
     fn body() -> impl Strategy<Value = Vec<u8>> {
         let value = prop_oneof![
-            "\\PC{0,60}".prop_map(|s| serde_json::Value::String(s)),
+            "\\PC{0,60}".prop_map(serde_json::Value::String),
             "[0-9a-fA-F]{0,66}".prop_map(serde_json::Value::String),
             Just(serde_json::json!(
                 "12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"
