@@ -175,8 +175,7 @@ async fn publish(
     State(Api { handle: h, .. }): State<Api>,
     Json(r): Json<PublishRequest>,
 ) -> ApiResult {
-    let data = hex::decode(&r.data_hex)
-        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("data_hex: {e}")))?;
+    let data = publish_data(&r).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
     let id = h.publish(r.topic, data).await.map_err(bad)?;
     ok(json!({ "message_id": id }))
 }
@@ -235,15 +234,7 @@ async fn add_blob(State(a): State<Api>, Json(r): Json<AddBlobRequest>) -> ApiRes
 
 async fn fetch_blob(State(a): State<Api>, Json(r): Json<FetchBlobRequest>) -> ApiResult {
     // Malformed requests are the caller's problem (400); transfer failures are 502.
-    crate::blobs::parse_hash(&r.hash).map_err(bad)?;
-    for p in &r.from {
-        p.parse::<libp2p::PeerId>().map_err(|e| {
-            ApiError(
-                StatusCode::BAD_REQUEST,
-                format!("{p:?} is not a peer id: {e}"),
-            )
-        })?;
-    }
+    check_fetch(&r).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
     let export = match &r.export {
         Some(p) => Some(a.dir.export_path(p).map_err(forbidden)?),
         None => None,
@@ -330,9 +321,10 @@ async fn shutdown(State(Api { handle: h, .. }): State<Api>) -> ApiResult {
     ok(json!({}))
 }
 
-#[derive(Deserialize)]
-struct CheatRequest {
-    fault: Fault,
+/// `POST /v1/test/cheat` (testnet providers only).
+#[derive(Debug, Deserialize)]
+pub struct CheatRequest {
+    pub fault: Fault,
 }
 
 /// TESTING ONLY: the testnet's break-it controls make this provider's next checkpoint cheat.
@@ -347,13 +339,14 @@ async fn arm_cheat(State(Api { cheat, .. }): State<Api>, Json(r): Json<CheatRequ
     ok(json!({ "armed": format!("{:?}", r.fault) }))
 }
 
-#[derive(Deserialize)]
+/// `POST /v1/test/partition` (testnet nodes only).
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PartitionRequest {
+pub struct PartitionRequest {
     /// libp2p peer ids.
-    peers: Vec<String>,
+    pub peers: Vec<String>,
     /// Cut off (true) or heal (false).
-    blocked: bool,
+    pub blocked: bool,
 }
 
 /// TESTING ONLY: a testnet's partition faults cut this node off from the given peers (every
@@ -372,21 +365,134 @@ async fn partition(
             "this node takes no partitions from its API: only a local testnet's node started with --test-partition-control does".into(),
         ));
     }
-    let peers = r
-        .peers
-        .iter()
-        .map(|p| {
-            p.parse::<libp2p::PeerId>().map_err(|e| {
-                ApiError(
-                    StatusCode::BAD_REQUEST,
-                    format!("{p:?} is not a peer id: {e}"),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let peers = parse_peers(&r.peers).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
     handle
         .partition(peers, r.blocked)
         .await
         .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
     ok(json!({ "peers": r.peers, "blocked": r.blocked }))
+}
+
+// What the handlers check in a request body before acting on it, as pure functions: the
+// handlers and the control-API fuzz target (`fuzz/`) share them. Each error is the text of a
+// 400 answer.
+
+/// `POST /v1/publish`: the message bytes in `data_hex`.
+pub fn publish_data(r: &PublishRequest) -> Result<Vec<u8>, String> {
+    hex::decode(&r.data_hex).map_err(|e| format!("data_hex: {e}"))
+}
+
+/// `POST /v1/blobs/fetch`: a well-formed hash and peer ids (the export path is the data
+/// dir's business).
+pub fn check_fetch(r: &FetchBlobRequest) -> Result<(), String> {
+    crate::blobs::parse_hash(&r.hash).map_err(|e| format!("{e:#}"))?;
+    parse_peers(&r.from).map(|_| ())
+}
+
+/// libp2p peer ids, as `POST /v1/blobs/fetch` and `POST /v1/test/partition` take them.
+pub fn parse_peers(peers: &[String]) -> Result<Vec<libp2p::PeerId>, String> {
+    peers
+        .iter()
+        .map(|p| {
+            p.parse::<libp2p::PeerId>()
+                .map_err(|e| format!("{p:?} is not a peer id: {e}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// JSON-ish bodies: mostly objects with the request fields, sometimes anything.
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        let value = prop_oneof![
+            "\\PC{0,60}".prop_map(serde_json::Value::String),
+            "[0-9a-fA-F]{0,66}".prop_map(serde_json::Value::String),
+            Just(serde_json::json!(
+                "12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"
+            )),
+            any::<i64>().prop_map(|n| serde_json::json!(n)),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            proptest::collection::vec("[0-9a-zA-Z]{0,52}", 0..3).prop_map(|v| serde_json::json!(v)),
+        ];
+        let key = prop_oneof![
+            proptest::sample::select(vec![
+                "topic",
+                "data_hex",
+                "on",
+                "path",
+                "name",
+                "share",
+                "hash",
+                "from",
+                "export",
+                "peers",
+                "blocked",
+                "fault",
+                "spec_path",
+                "budget",
+                "quorum",
+            ])
+            .prop_map(str::to_string),
+            "[a-z_]{1,8}",
+        ];
+        prop_oneof![
+            4 => proptest::collection::btree_map(key, value, 0..5)
+                .prop_map(|m| serde_json::to_vec(&m).expect("json")),
+            1 => proptest::collection::vec(any::<u8>(), 0..80),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Every POST body type, as the `Json` extractor reads it, then the handler's checks:
+        /// refused with an error or accepted consistently, never a panic (the fuzz target
+        /// `api_json` runs the same for long).
+        #[test]
+        fn any_body_is_refused_or_checked(bytes in body()) {
+            if let Ok(r) = serde_json::from_slice::<PublishRequest>(&bytes)
+                && let Ok(data) = publish_data(&r)
+            {
+                prop_assert_eq!(hex::encode(data), r.data_hex.to_ascii_lowercase());
+            }
+            if let Ok(r) = serde_json::from_slice::<FetchBlobRequest>(&bytes)
+                && check_fetch(&r).is_ok()
+            {
+                prop_assert_eq!(parse_peers(&r.from).map(|p| p.len()), Ok(r.from.len()));
+            }
+            if let Ok(r) = serde_json::from_slice::<PartitionRequest>(&bytes) {
+                let _ = parse_peers(&r.peers);
+            }
+            let _ = serde_json::from_slice::<TopicRequest>(&bytes);
+            let _ = serde_json::from_slice::<HeartbeatRequest>(&bytes);
+            let _ = serde_json::from_slice::<AddBlobRequest>(&bytes);
+            let _ = serde_json::from_slice::<ExportBlobRequest>(&bytes);
+            let _ = serde_json::from_slice::<CheatRequest>(&bytes);
+            let _ = serde_json::from_slice::<crate::roles::SubmitRequest>(&bytes);
+        }
+    }
+
+    #[test]
+    fn checks_refuse_what_handlers_refuse() {
+        let r = PublishRequest {
+            topic: "t".into(),
+            data_hex: "0g".into(),
+        };
+        assert!(publish_data(&r).unwrap_err().starts_with("data_hex"));
+        let r = FetchBlobRequest {
+            hash: "00".repeat(32),
+            from: vec!["nope".into()],
+            export: None,
+        };
+        assert!(check_fetch(&r).unwrap_err().contains("is not a peer id"));
+        let r = FetchBlobRequest {
+            hash: "xyz".into(),
+            ..Default::default()
+        };
+        assert!(check_fetch(&r).unwrap_err().contains("is not a blob hash"));
+    }
 }

@@ -139,7 +139,18 @@ impl NodeConfig {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
         };
+        Self::merge(args, file)
+    }
 
+    /// The config a node started with `args` and a config file holding `text` runs with:
+    /// the file parsed and checked exactly as [`NodeConfig::from_args`] reads one (`args.config`
+    /// is not read). For tests and fuzzing of what an operator's file may hold.
+    pub fn from_file_text(args: &NodeArgs, text: &str) -> Result<Self> {
+        let file = parse_file(text).map_err(|e| anyhow!("config file is not valid: {e}"))?;
+        Self::merge(args, file)
+    }
+
+    fn merge(args: &NodeArgs, file: FileConfig) -> Result<Self> {
         let roles: BTreeSet<Role> = if args.roles.is_empty() {
             file.roles.unwrap_or_default().into_iter().collect()
         } else {
@@ -375,13 +386,11 @@ fn load_file(path: &Path) -> Result<FileConfig> {
             path.display()
         )
     })?;
-    toml::from_str(&text).map_err(|e| {
-        anyhow!(
-            "config file {} is not valid: {}",
-            path.display(),
-            e.to_string().trim_end()
-        )
-    })
+    parse_file(&text).map_err(|e| anyhow!("config file {} is not valid: {e}", path.display()))
+}
+
+fn parse_file(text: &str) -> std::result::Result<FileConfig, String> {
+    toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())
 }
 
 #[cfg(test)]
@@ -465,6 +474,18 @@ pub(crate) mod tests {
                 prop_assert!(c.detector_timeout >= Duration::from_millis(50));
                 prop_assert!(c.detector_floor <= c.detector_timeout);
                 prop_assert!(c.max_blob_bytes >= 1 << 20);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Arbitrary text, not only key = value lines, as a config file: refused or read.
+        #[test]
+        fn any_text_as_a_config_file_is_refused_or_read(text in "(\\PC|\n){0,200}") {
+            if let Ok(c) = NodeConfig::from_file_text(&args(), &text) {
+                prop_assert!(c.detector_floor <= c.detector_timeout);
             }
         }
     }

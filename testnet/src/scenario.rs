@@ -207,15 +207,14 @@ impl Scenario {
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the scenario file {}", path.display()))?;
-        let s: Scenario = toml::from_str(&text).map_err(|e| {
-            anyhow!(
-                "scenario {} is not valid: {}",
-                path.display(),
-                e.to_string().trim_end()
-            )
-        })?;
-        s.check()
-            .map_err(|e| anyhow!("scenario {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| anyhow!("scenario {}: {e:#}", path.display()))
+    }
+
+    /// Reads and checks a scenario's text, as [`Scenario::load`] does a file's.
+    pub fn parse(text: &str) -> Result<Self> {
+        let s: Scenario =
+            toml::from_str(text).map_err(|e| anyhow!("not valid: {}", e.to_string().trim_end()))?;
+        s.check()?;
         Ok(s)
     }
 
@@ -698,4 +697,65 @@ fn announced(net: &Testnet, name: &str) -> Result<Option<u64>> {
             _ => None,
         })
         .max())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A shipped scenario with faults of several kinds: the base the mutations start from.
+    const BASE: &str = include_str!("../scenarios/partition.toml");
+
+    fn accepted_keeps_the_rules(s: &Scenario) -> std::result::Result<(), TestCaseError> {
+        let names: BTreeSet<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+        prop_assert_eq!(names.len(), s.nodes.len());
+        prop_assert!(
+            s.nodes
+                .iter()
+                .any(|n| n.name == s.job.client && n.role == "client")
+        );
+        prop_assert!(
+            s.quorum() <= s.committee() && usize::from(s.quorum()) * 2 > usize::from(s.committee())
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_base_scenario_parses() {
+        Scenario::parse(BASE).expect("shipped scenario");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Arbitrary text is refused with an error or read into a scenario that keeps the
+        /// rules its checks promise (the fuzz target `scenario_toml` runs the same for long).
+        #[test]
+        fn any_text_is_refused_or_a_checked_scenario(text in "(\\PC|\n){0,300}") {
+            if let Ok(s) = Scenario::parse(&text) {
+                accepted_keeps_the_rules(&s)?;
+            }
+        }
+
+        /// A shipped scenario with lines dropped, duplicated or replaced: refused or checked.
+        #[test]
+        fn a_damaged_scenario_is_refused_or_checked(
+            edits in proptest::collection::vec((any::<usize>(), 0u8..3, "[a-z_]{1,10} = (-?[0-9]{1,4}|\"[a-z0-9]{0,4}\"|true)"), 1..5),
+        ) {
+            let mut lines: Vec<String> = BASE.lines().map(str::to_string).collect();
+            for (at, op, line) in edits {
+                let i = at % lines.len().max(1);
+                match op {
+                    0 if !lines.is_empty() => { lines.remove(i); }
+                    1 if !lines.is_empty() => { let l = lines[i].clone(); lines.insert(i, l); }
+                    _ => lines.insert(i.min(lines.len()), line),
+                }
+            }
+            if let Ok(s) = Scenario::parse(&lines.join("\n")) {
+                accepted_keeps_the_rules(&s)?;
+            }
+        }
+    }
 }

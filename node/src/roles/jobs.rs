@@ -137,13 +137,12 @@ impl JobFile {
                 path.display()
             )
         })?;
-        toml::from_str(&text).map_err(|e| {
-            anyhow!(
-                "job file {} is not valid: {}",
-                path.display(),
-                e.to_string().trim_end()
-            )
-        })
+        Self::parse(&text).map_err(|e| anyhow!("job file {}: {e:#}", path.display()))
+    }
+
+    /// Parses a job file's text (the TOML only: [`JobFile::spec_for`] checks what it says).
+    pub fn parse(text: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| anyhow!("not valid: {}", e.to_string().trim_end()))
     }
 
     fn data_dir(&self, job_file: &Path) -> PathBuf {
@@ -163,7 +162,7 @@ impl JobFile {
     /// refuse later, so a bad job never reaches the chain.
     pub fn build(&self, job_file: &Path) -> Result<(JobSpec, JobBlobs)> {
         let dir = self.data_dir(job_file);
-        let (blobs, mut extra) = match (self.model, &self.text) {
+        let (blobs, extra) = match (self.model, &self.text) {
             (ModelKind::FashionCnn, Some(_)) => bail!(
                 "job file {}: a [text] section belongs to a bert-lora job, not fashion-cnn",
                 job_file.display()
@@ -194,6 +193,19 @@ impl JobFile {
                 (blobs, p.extra)
             }
         };
+        let spec = self
+            .spec_for(&blobs, extra)
+            .map_err(|e| anyhow!("job file {}: {e:#}", job_file.display()))?;
+        Ok((spec, blobs))
+    }
+
+    /// The spec naming `blobs`, with the model's `hyper.extra` from packing (empty for
+    /// fashion-cnn, [`TextFile::hyper_extra`] for bert-lora), refused as
+    /// [`JobFile::build`] refuses it: anything the protocol or the trainer would refuse later.
+    pub fn spec_for(&self, blobs: &JobBlobs, mut extra: BTreeMap<String, f64>) -> Result<JobSpec> {
+        if self.model == ModelKind::FashionCnn && self.text.is_some() {
+            bail!("a [text] section belongs to a bert-lora job, not fashion-cnn");
+        }
         extra.insert("min_lr_ratio".to_string(), self.hyper.min_lr_ratio);
         extra.insert("eval_examples".to_string(), self.eval_examples as f64);
         let spec = JobSpec {
@@ -221,12 +233,9 @@ impl JobFile {
                 spot_check_tolerance: 0.0,
             },
         };
-        spec.check()
-            .map_err(|e| anyhow!("job file {}: {e}", job_file.display()))?;
-        train_spec(&spec)?
-            .validate()
-            .map_err(|e| anyhow!("job file {}: {e}", job_file.display()))?;
-        Ok((spec, blobs))
+        spec.check().map_err(|e| anyhow!("{e}"))?;
+        train_spec(&spec)?.validate().map_err(|e| anyhow!("{e}"))?;
+        Ok(spec)
     }
 }
 
@@ -531,6 +540,56 @@ mod tests {
             {
                 let _ = train_spec(&spec);
                 prop_assert!(spec.total_steps > 0 && spec.checkpoint_interval > 0);
+            }
+        }
+    }
+
+    proptest! {
+        // No data packed: the file's text and the spec it names, many cases.
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Any job file text is refused or names a spec that passes the protocol's checks,
+        /// round-trips through CBOR and gives a trainer spec that validates (the fuzz target
+        /// `job_toml` checks the same over long runs).
+        #[test]
+        fn any_job_text_is_refused_or_names_a_valid_spec(
+            model in prop_oneof![Just("fashion-cnn".to_string()), Just("bert-lora".to_string()), "[a-z-]{0,10}"],
+            steps in edge(),
+            interval in edge(),
+            rest in crate::config::tests::toml_lines(JOB_KEYS),
+            text in prop_oneof![
+                3 => Just(String::new()),
+                1 => Just("[text]\nbase = \"tiny\"\n".to_string()),
+                1 => Just("[text]\ntargets = []\n".to_string()),
+                1 => Just("[text]\nrank = 0\nmax_len = 100000\n".to_string()),
+            ],
+        ) {
+            let toml = format!(
+                "model = {model:?}\ntotal_steps = {steps}\ncheckpoint_interval = {interval}\n{rest}\n{text}"
+            );
+            if let Ok(file) = JobFile::parse(&toml) {
+                let blobs = JobBlobs { model: vec![1], train: vec![2], eval: vec![3] };
+                let extra = match file.model {
+                    ModelKind::BertLora => file.text.clone().unwrap_or_default().hyper_extra(),
+                    ModelKind::FashionCnn => Ok(BTreeMap::new()),
+                };
+                if let Ok(spec) = extra.and_then(|x| file.spec_for(&blobs, x)) {
+                    prop_assert!(spec.check().is_ok());
+                    let back = JobSpec::from_cbor(&spec.to_cbor()).expect("decodes");
+                    prop_assert_eq!(back.spec_hash(), spec.spec_hash());
+                    prop_assert!(train_spec(&back).expect("trainer spec").validate().is_ok());
+                }
+            }
+        }
+
+        /// Any bytes as an offer's spec: decoded or refused, and a decoded one gives a
+        /// trainer spec or an error, never a panic.
+        #[test]
+        fn any_bytes_as_an_offered_spec_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if let Ok(spec) = JobSpec::from_cbor(&bytes)
+                && let Ok(t) = train_spec(&spec)
+            {
+                let _ = t.validate();
             }
         }
     }

@@ -131,30 +131,8 @@ impl TextFile {
                 eval.len()
             );
         }
-        let mut bits = 0u32;
-        for name in &self.targets {
-            let t = LoraTarget::parse(name).ok_or_else(|| {
-                anyhow!("text.targets: {name:?} is not one of \"query\", \"key\", \"value\"")
-            })?;
-            bits |= target_bit(t);
-        }
-        if bits == 0 {
-            bail!("text.targets is empty: name the projections that carry LoRA");
-        }
-        let mut extra = BTreeMap::new();
-        extra.insert(RANK_KEY.into(), self.rank as f64);
-        extra.insert(TARGETS_KEY.into(), f64::from(bits));
-        extra.insert(ALPHA_KEY.into(), self.alpha);
-        extra.insert(MAX_LEN_KEY.into(), self.max_len as f64);
-        extra.insert(CLASSES_KEY.into(), cats.len() as f64);
+        let extra = self.hyper_extra()?;
         let model = if self.base == TINY {
-            let t = &self.tiny;
-            for (k, v) in TINY_KEYS
-                .iter()
-                .zip([t.layers, t.hidden, t.heads, t.intermediate])
-            {
-                extra.insert(k.to_string(), v as f64);
-            }
             // The vocabulary is the training split's commonest words: ids 0 and 1 are
             // padding and unknown, the rest fill the encoder's embedding table.
             let words = word_vocabulary(&train, TINY_VOCAB - 2);
@@ -181,6 +159,37 @@ impl TextFile {
             eval: bundle::pack_files(&[(EVAL_JSONL, &to_jsonl(&eval))])?,
             extra,
         })
+    }
+
+    /// The job's `hyper.extra` from this section alone (LoRA targets, rank, alpha, lengths,
+    /// class count, the tiny model's shape); refuses unknown LoRA targets and an empty list.
+    pub fn hyper_extra(&self) -> Result<BTreeMap<String, f64>> {
+        let mut bits = 0u32;
+        for name in &self.targets {
+            let t = LoraTarget::parse(name).ok_or_else(|| {
+                anyhow!("text.targets: {name:?} is not one of \"query\", \"key\", \"value\"")
+            })?;
+            bits |= target_bit(t);
+        }
+        if bits == 0 {
+            bail!("text.targets is empty: name the projections that carry LoRA");
+        }
+        let mut extra = BTreeMap::new();
+        extra.insert(RANK_KEY.into(), self.rank as f64);
+        extra.insert(TARGETS_KEY.into(), f64::from(bits));
+        extra.insert(ALPHA_KEY.into(), self.alpha);
+        extra.insert(MAX_LEN_KEY.into(), self.max_len as f64);
+        extra.insert(CLASSES_KEY.into(), self.categories.len() as f64);
+        if self.base == TINY {
+            let t = &self.tiny;
+            for (k, v) in TINY_KEYS
+                .iter()
+                .zip([t.layers, t.hidden, t.heads, t.intermediate])
+            {
+                extra.insert(k.to_string(), v as f64);
+            }
+        }
+        Ok(extra)
     }
 }
 

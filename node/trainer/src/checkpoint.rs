@@ -14,7 +14,7 @@ use safetensors::SafeTensors;
 
 use crate::error::{Result, TrainerError};
 use crate::spec::TrainSpec;
-use crate::state::{StateHash, TrainState, tensor_bytes};
+use crate::state::{StateHash, TrainState, check_shape, tensor_bytes};
 
 pub const FORMAT: &str = "gpuchain-checkpoint-v1";
 
@@ -169,6 +169,7 @@ impl Checkpoint {
                     view.dtype()
                 )));
             }
+            check_shape(view.shape()).map_err(|e| bad(format!("tensor {name}: {e}")))?;
             let t = Tensor::from_raw_buffer(view.data(), DType::F32, view.shape(), dev)?;
             let (map, key) = if let Some(k) = name.strip_prefix("param/") {
                 (&mut state.params, k)

@@ -58,6 +58,18 @@ pub struct TrainState {
     pub adam_v: BTreeMap<String, Tensor>,
 }
 
+/// Refuses a shape from outside that candle cannot lay out: with a zero dim a tensor holds no
+/// data however large its other dims, but candle multiplies them into strides, which
+/// overflows (a panic in builds with overflow checks). The product of the nonzero dims must
+/// fit a usize.
+pub(crate) fn check_shape(dims: &[usize]) -> std::result::Result<(), String> {
+    dims.iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .map(|_| ())
+        .ok_or_else(|| format!("shape {dims:?} is too large to lay out"))
+}
+
 /// Little-endian bytes of an f32 tensor (moved to the CPU if needed).
 pub fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
     if t.dtype() != DType::F32 {
@@ -190,6 +202,7 @@ impl TrainState {
                 )));
             }
             let data = r.take(expected, "tensor data")?;
+            check_shape(&dims).map_err(|e| bad_preimage(format!("entry {name:?}: {e}")))?;
             let t = Tensor::from_raw_buffer(data, DType::F32, &dims, device)?;
             map.insert(key.to_string(), t);
         }

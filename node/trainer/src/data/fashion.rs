@@ -70,23 +70,58 @@ impl FashionMnist {
         let [images_file, labels_file] = split.files();
         let img_path = dir.join(images_file);
         let lbl_path = dir.join(labels_file);
-        let (img_dims, mut images) = read_idx(&img_path, 0x0803)?;
-        let (lbl_dims, mut labels) = read_idx(&lbl_path, 0x0801)?;
+        let images = read_file(&img_path)?;
+        let labels = read_file(&lbl_path)?;
+        Self::from_idx_gz(&images, &labels, limit).map_err(|e| match e {
+            TrainerError::BadData { path, line, reason } if path.as_os_str() == "images" => {
+                TrainerError::BadData {
+                    path: img_path.clone(),
+                    line,
+                    reason,
+                }
+            }
+            TrainerError::BadData { path, line, reason } if path.as_os_str() == "labels" => {
+                TrainerError::BadData {
+                    path: lbl_path.clone(),
+                    line,
+                    reason,
+                }
+            }
+            other => other,
+        })
+    }
+
+    /// Decodes a split from the bytes of its two gzip-compressed IDX files (images, labels),
+    /// as a provider reads them from a fetched dataset bundle. Refuses anything but N×28×28
+    /// images with as many labels in 0..9, and never inflates more than
+    /// [`MAX_IDX_BYTES`] per file. Errors name the file as `images` or `labels`.
+    pub fn from_idx_gz(images: &[u8], labels: &[u8], limit: Option<usize>) -> Result<Self> {
+        let images = gunzip(Path::new("images"), images)?;
+        let labels = gunzip(Path::new("labels"), labels)?;
+        Self::from_idx(images, labels, limit)
+    }
+
+    /// [`FashionMnist::from_idx_gz`] after decompression: the two IDX files' raw bytes.
+    pub fn from_idx(images: Vec<u8>, labels: Vec<u8>, limit: Option<usize>) -> Result<Self> {
+        let img_path = Path::new("images");
+        let lbl_path = Path::new("labels");
+        let (img_dims, mut images) = decode_idx(img_path, images, 0x0803)?;
+        let (lbl_dims, mut labels) = decode_idx(lbl_path, labels, 0x0801)?;
         if img_dims.len() != 3 || img_dims[1] != SIDE || img_dims[2] != SIDE {
             return Err(bad(
-                &img_path,
+                img_path,
                 format!("expected N×28×28 images, found {img_dims:?}"),
             ));
         }
         if lbl_dims[0] != img_dims[0] {
             return Err(bad(
-                &lbl_path,
+                lbl_path,
                 format!("{} labels for {} images", lbl_dims[0], img_dims[0]),
             ));
         }
         if let Some(pos) = labels.iter().position(|&l| l > 9) {
             return Err(bad(
-                &lbl_path,
+                lbl_path,
                 format!("label {} at index {pos} is not 0..9", labels[pos]),
             ));
         }
@@ -111,9 +146,12 @@ fn bad(path: &Path, reason: String) -> TrainerError {
     }
 }
 
-/// Reads a gzip-compressed IDX file of unsigned bytes: magic, big-endian dims, data.
-fn read_idx(path: &Path, magic: u32) -> Result<(Vec<usize>, Vec<u8>)> {
-    let file = std::fs::File::open(path).map_err(|e| {
+/// The most bytes one IDX file may inflate to: the training images take 47 MB, so this leaves
+/// room while refusing a gzip bomb before it exhausts memory.
+pub const MAX_IDX_BYTES: u64 = 256 << 20;
+
+fn read_file(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             TrainerError::Missing {
                 what: "Fashion-MNIST file",
@@ -123,11 +161,27 @@ fn read_idx(path: &Path, magic: u32) -> Result<(Vec<usize>, Vec<u8>)> {
         } else {
             TrainerError::io(path, e)
         }
-    })?;
+    })
+}
+
+/// Inflates a gzip stream, refusing one that inflates past [`MAX_IDX_BYTES`].
+fn gunzip(path: &Path, gz: &[u8]) -> Result<Vec<u8>> {
     let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(file)
+    flate2::read::GzDecoder::new(gz)
+        .take(MAX_IDX_BYTES + 1)
         .read_to_end(&mut raw)
-        .map_err(|e| TrainerError::io(path, e))?;
+        .map_err(|e| bad(path, format!("not a gzip stream: {e}")))?;
+    if raw.len() as u64 > MAX_IDX_BYTES {
+        return Err(bad(
+            path,
+            format!("inflates to more than {MAX_IDX_BYTES} bytes"),
+        ));
+    }
+    Ok(raw)
+}
+
+/// Parses an IDX file of unsigned bytes: magic, big-endian dims, data.
+fn decode_idx(path: &Path, mut raw: Vec<u8>, magic: u32) -> Result<(Vec<usize>, Vec<u8>)> {
     let word = |at: usize| -> Result<u32> {
         raw.get(at..at + 4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -145,12 +199,13 @@ fn read_idx(path: &Path, magic: u32) -> Result<(Vec<usize>, Vec<u8>)> {
         .map(|k| word(4 + 4 * k).map(|d| d as usize))
         .collect::<Result<Vec<_>>>()?;
     let start = 4 + 4 * rank;
-    let len: usize = dims.iter().product();
-    if raw.len() != start + len {
+    // Dims come from the file: their product can overflow, and must match what it holds.
+    let len = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    if len != Some(raw.len() - start) {
         return Err(bad(
             path,
             format!(
-                "header promises {len} bytes of data, file holds {}",
+                "header promises dims {dims:?} of data, file holds {} bytes",
                 raw.len() - start
             ),
         ));

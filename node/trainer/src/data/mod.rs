@@ -7,10 +7,13 @@ mod order;
 mod text;
 
 pub use bundle::{pack_dir_files, pack_files, unpack_to_dir};
-pub use fashion::{FASHION_EVAL_FILES, FASHION_TRAIN_FILES, FashionMnist, Split, fashion_dir};
+pub use fashion::{
+    FASHION_EVAL_FILES, FASHION_TRAIN_FILES, FashionMnist, MAX_IDX_BYTES, Split, fashion_dir,
+};
 pub use order::DataOrder;
 pub use text::{
-    TextDataset, TextExample, parse_ag_news_csv, parse_jsonl, to_jsonl, word_vocabulary,
+    TextDataset, TextExample, parse_ag_news_csv, parse_jsonl, parse_jsonl_text, to_jsonl,
+    word_vocabulary,
 };
 
 use candle_core::{Device, Tensor};

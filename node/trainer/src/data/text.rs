@@ -117,7 +117,12 @@ struct JsonRow {
 
 /// JSONL: one `{"text": string, "label": 0..num_classes-1}` object per non-empty line.
 pub fn parse_jsonl(path: &Path, num_classes: usize) -> Result<Vec<TextExample>> {
-    let body = read(path)?;
+    parse_jsonl_text(path, &read(path)?, num_classes)
+}
+
+/// [`parse_jsonl`] of text already in memory (a file of a fetched dataset bundle); errors name
+/// `path` and the line.
+pub fn parse_jsonl_text(path: &Path, body: &str, num_classes: usize) -> Result<Vec<TextExample>> {
     let mut out = Vec::new();
     for (k, line) in body.lines().enumerate() {
         let n = k + 1;
