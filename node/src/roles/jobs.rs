@@ -458,29 +458,28 @@ async fn build(
         ModelKind::FashionCnn => {}
         ModelKind::BertLora => {
             let to = model_dir.clone();
-            tokio::task::spawn_blocking(move || bundle::unpack_to_dir(&model, &to))
-                .await
-                .map_err(|e| anyhow!("unpacking the job's model: {e}"))?
+            crate::compute::run("job-unpack", move || bundle::unpack_to_dir(&model, &to))
+                .await?
                 .map_err(|e| anyhow!("the job's model blob is malformed: {e}"))?;
         }
     }
     for blob in [spec.dataset_blob, spec.eval_blob] {
         let bytes = fetch_bytes(blobs, blob).await?;
         let dir = dir.clone();
-        tokio::task::spawn_blocking(move || bundle::unpack_to_dir(&bytes, &dir))
-            .await
-            .map_err(|e| anyhow!("unpacking job data: {e}"))?
+        crate::compute::run("job-unpack", move || bundle::unpack_to_dir(&bytes, &dir))
+            .await?
             .map_err(|e| anyhow!("the job's data blob {blob} is malformed: {e}"))?;
     }
-    let job = tokio::task::spawn_blocking(move || -> Result<Job> {
+    // Decoding a data set is compute: below the runtime's priority, like training (a bid's
+    // prefetch runs beside another job's training and its heartbeats).
+    let job = crate::compute::run("job-load", move || -> Result<Job> {
         let device = gpuchain_trainer::DeviceChoice::Cpu.open()?;
         Ok(match tspec.model {
             ModelSpec::BertLora { .. } => Job::bert_lora_dirs(tspec, &model_dir, &dir, device)?,
             _ => Job::fashion(tspec, &dir, device)?,
         })
     })
-    .await
-    .map_err(|e| anyhow!("loading job data: {e}"))??;
+    .await??;
     Ok(Arc::new(job))
 }
 
