@@ -267,6 +267,24 @@ async fn start(dir: &std::path::Path) -> Result<(Testnet, HashMap<String, String
     Ok((net, names))
 }
 
+/// The sixteen processes in a fresh run folder named `name`, the job file, and the client's
+/// log followed from the start.
+async fn start_watched(
+    name: &str,
+) -> Result<(Testnet, HashMap<String, String>, PathBuf, ClientView)> {
+    let dir: PathBuf = gpuchain_e2e::run_dir(env!("CARGO_TARGET_TMPDIR"), name)?;
+    let (net, names) = start(&dir).await?;
+    let job_file = dir.join("job.toml");
+    std::fs::write(&job_file, JOB_FILE)?;
+    let view = ClientView {
+        tail: LogTail::new(net.node("client")?.log_path()),
+        jobs: BTreeMap::new(),
+        lost: Vec::new(),
+        assigned: Vec::new(),
+    };
+    Ok((net, names, job_file, view))
+}
+
 async fn submit(net: &Testnet, file: &std::path::Path) -> Result<String> {
     let id = net
         .submit_job(
@@ -311,16 +329,7 @@ async fn until<T>(
 async fn detection_latency_of_kill_freeze_and_hang() -> Result<()> {
     let per_kind = trials_per_kind();
     let kinds = Kind::chosen()?;
-    let dir: PathBuf = gpuchain_e2e::run_dir(env!("CARGO_TARGET_TMPDIR"), "bench-detection")?;
-    let (mut net, names) = start(&dir).await?;
-    let job_file = dir.join("job.toml");
-    std::fs::write(&job_file, JOB_FILE)?;
-    let mut view = ClientView {
-        tail: LogTail::new(net.node("client")?.log_path()),
-        jobs: BTreeMap::new(),
-        lost: Vec::new(),
-        assigned: Vec::new(),
-    };
+    let (mut net, names, job_file, mut view) = start_watched("bench-detection").await?;
     let mut trials: Vec<Trial> = Vec::new();
     let mut in_trial: Vec<String> = Vec::new();
     let mut skipped: Vec<String> = Vec::new();
@@ -634,16 +643,7 @@ async fn false_failover_soak() -> Result<()> {
     // A job training on every core: the providers' own load.
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let training = cores.clamp(2, PROVIDERS / 2);
-    let dir: PathBuf = gpuchain_e2e::run_dir(env!("CARGO_TARGET_TMPDIR"), "soak-false-failover")?;
-    let (net, names) = start(&dir).await?;
-    let job_file = dir.join("job.toml");
-    std::fs::write(&job_file, JOB_FILE)?;
-    let mut view = ClientView {
-        tail: LogTail::new(net.node("client")?.log_path()),
-        jobs: BTreeMap::new(),
-        lost: Vec::new(),
-        assigned: Vec::new(),
-    };
+    let (net, names, job_file, mut view) = start_watched("soak-false-failover").await?;
     let hog = Hog::start(hogs);
     println!(
         "[soak] {minutes} min, {training} jobs training at once, {hogs} busy thread(s), {cores} cores"
