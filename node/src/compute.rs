@@ -17,7 +17,13 @@
 //! started later by candle's own pool inherit the niceness of the compute thread that first
 //! needs them).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use anyhow::{Result, anyhow};
+
+/// The compute threads alive, by kernel thread id: what [`Starvation`] reads.
+static THREADS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
 /// The niceness of compute threads. Nice 10 weighs about a tenth of nice 0 in Linux's
 /// scheduler, so a network thread that wakes gets the core almost at once, while compute alone
@@ -51,7 +57,9 @@ where
         .name(what.to_string())
         .spawn(move || {
             lower_this_thread();
-            let _ = tx.send(work());
+            let out = work();
+            forget_this_thread();
+            let _ = tx.send(out);
         })
         .map_err(|e| anyhow!("cannot start the {what} thread: {e}"))?;
     rx.await
@@ -67,6 +75,9 @@ pub fn lower_this_thread() {
     #[cfg(target_os = "linux")]
     {
         let tid = rustix::thread::gettid();
+        if let Ok(mut threads) = THREADS.lock() {
+            threads.push(tid.as_raw_nonzero().get());
+        }
         let current = rustix::process::getpriority_process(Some(tid)).unwrap_or(0);
         if current >= COMPUTE_NICE {
             return;
@@ -75,6 +86,60 @@ pub fn lower_this_thread() {
             tracing::warn!(error = %e, "cannot lower a compute thread's priority; heartbeats may lag under load");
         }
     }
+}
+
+/// A finished compute thread leaves the sampled set (its id may be reused by any thread).
+fn forget_this_thread() {
+    #[cfg(target_os = "linux")]
+    {
+        let tid = rustix::thread::gettid().as_raw_nonzero().get();
+        if let Ok(mut threads) = THREADS.lock() {
+            threads.retain(|t| *t != tid);
+        }
+    }
+}
+
+/// How long the compute threads waited for a CPU they were ready to use: what a provider's
+/// heartbeats report (`starved_ms`) so the client does not take a loaded host for a hung GPU.
+/// Each sample adds the largest increase of any compute thread's run-queue delay (Linux's
+/// `/proc/<pid>/task/<tid>/schedstat`) since the previous sample: the trainer's critical path
+/// runs through one thread at a time, so the sum would count one wait several times. Sampled
+/// every heartbeat period, it so stays below wall time. Elsewhere it stays 0 and stalls are
+/// judged on step times alone.
+#[derive(Debug, Default)]
+pub struct Starvation {
+    /// Each compute thread's run-queue delay at the last sample, ns.
+    seen: HashMap<i32, u64>,
+    total_ns: u64,
+}
+
+impl Starvation {
+    /// Reads the compute threads now; the total so far, in ms.
+    pub fn sample(&mut self) -> u64 {
+        let threads: Vec<i32> = THREADS.lock().map(|t| t.clone()).unwrap_or_default();
+        let mut largest = 0;
+        let mut seen = HashMap::with_capacity(threads.len());
+        for tid in threads {
+            let Some(delay) = run_delay_ns(tid) else {
+                continue;
+            };
+            // A thread seen for the first time only sets its baseline: its wait before it
+            // was ours to watch is not this sample's.
+            if let Some(before) = self.seen.get(&tid) {
+                largest = largest.max(delay.saturating_sub(*before));
+            }
+            seen.insert(tid, delay);
+        }
+        self.seen = seen;
+        self.total_ns = self.total_ns.saturating_add(largest);
+        self.total_ns / 1_000_000
+    }
+}
+
+/// A thread's total wait on a run queue, ns: the second field of its schedstat.
+fn run_delay_ns(tid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
 /// The calling thread's niceness (tests and diagnostics).
@@ -104,6 +169,49 @@ mod tests {
         let r: Result<()> = run("test-panic", || panic!("boom")).await;
         let e = r.expect_err("a panic must surface as an error");
         assert!(e.to_string().contains("test-panic"), "{e}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn starvation_counts_compute_threads_waiting_for_a_cpu() -> Result<()> {
+        if run_delay_ns(rustix::thread::gettid().as_raw_nonzero().get()).is_none() {
+            // A kernel without schedstat: the sampler reads 0 and stalls are judged on step
+            // times alone, which the detector's own tests cover.
+            eprintln!("no per-thread schedstat on this kernel; nothing to measure");
+            return Ok(());
+        }
+        let mut starvation = Starvation::default();
+        let idle = starvation.sample();
+        // More busy compute threads than cores: each waits for a CPU part of the time.
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let busy: Vec<_> = (0..cores * 2 + 1)
+            .map(|_| {
+                run("test-busy", || {
+                    let until = std::time::Instant::now() + std::time::Duration::from_millis(600);
+                    let mut x = 0u64;
+                    while std::time::Instant::now() < until {
+                        x = std::hint::black_box(x.wrapping_add(1));
+                    }
+                    x
+                })
+            })
+            .collect();
+        let all = tokio::spawn(futures::future::join_all(busy));
+        let mut total = idle;
+        while !all.is_finished() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            total = starvation.sample();
+        }
+        for r in all.await? {
+            r?;
+        }
+        assert!(
+            total > idle + 50,
+            "starved {} ms, idle {idle} ms",
+            total - idle
+        );
+        // Never more than the wall time it was sampled over, whatever the thread count.
+        assert!(total - idle < 1500, "{total}");
+        Ok(())
     }
 
     #[test]

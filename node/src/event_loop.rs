@@ -340,6 +340,8 @@ impl<V: GossipValidator> EventLoop<V> {
                     seq,
                     step: self.heartbeat_seq,
                     loss: 0.0,
+                    checkpointing: false,
+                    starved_ms: 0,
                     signature: Sig65::ZERO,
                 }
                 .sign(&self.eth_key),

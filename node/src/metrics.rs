@@ -357,6 +357,8 @@ mod tests {
             seq: 1,
             step: 3,
             loss: 0.5,
+            starved_ms: 0,
+            checkpointing: false,
         });
         m.observe(&NodeEvent::ProviderLost {
             job_id: "1".into(),

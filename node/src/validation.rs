@@ -195,6 +195,8 @@ mod tests {
             seq: 1,
             step: 1,
             loss: 0.0,
+            checkpointing: false,
+            starved_ms: 0,
             signature: Sig65::ZERO,
         }
         .sign(&SigningKey::from_seed(2));

@@ -30,7 +30,7 @@ use alloy_primitives::{Address, U256};
 
 use crate::chain::{ChainEvent, ChainTx, EpochEndReason, TxId};
 use crate::chain_record::ChainRecord;
-use crate::detector::{DetectorConfig, FailureDetector, ProgressSpec, Suspicion};
+use crate::detector::{Busy, DetectorConfig, FailureDetector, ProgressSpec, Suspicion};
 use crate::eip712::EscrowDomain;
 use crate::io::{Input, Notice, Output, Passed, StateMachine};
 use crate::messages::{Bid, CheckpointAnnounce, Heartbeat, JobOffer, Vote};
@@ -878,7 +878,14 @@ impl Client {
         job.last_reported_step = job.last_reported_step.max(hb.step);
         if let Some(d) = job.detector.as_mut() {
             d.heard(now);
-            d.progressed(now, hb.step);
+            d.progressed(
+                now,
+                hb.step,
+                Busy {
+                    checkpointing: hb.checkpointing,
+                    starved_ms: hb.starved_ms,
+                },
+            );
         }
         Verdict::Accept
     }
@@ -1046,7 +1053,8 @@ impl StateMachine for Client {
             | Input::TrainingFailed { .. }
             | Input::QualityResult { .. }
             | Input::SpotCheckResult { .. }
-            | Input::StakeChanged { .. } => {}
+            | Input::StakeChanged { .. }
+            | Input::ComputeStarved { .. } => {}
             Input::BlobFetched { hash, ok } => self.on_copy_fetched(now, hash, ok),
         }
     }

@@ -23,13 +23,22 @@
 //! **Progress**: heartbeats carry the provider's step. A process that still heartbeats while
 //! its GPU hangs is alive but useless, and without this the job would wait for its deadline.
 //! The detector records when the step last advanced and estimates the provider's own step time
-//! (the median of its last [`STEP_WINDOW`] per-step times); the provider is *stalled* once
-//! no step has completed for `stall_factor × step time + slack` (at least `stall_floor`). Checkpoint steps (hashing and
-//! adding the blob, then serving it to the committee) are slower: an advance across a
-//! checkpoint is kept out of the step-time estimate, and within `stall_factor` steps of a
-//! checkpoint (either side) the allowance is at least `checkpoint_floor` (or twice the
-//! slowest checkpoint step seen, if larger). The step time is the median, or the latest step
-//! time when that is slower, so a provider slowed by load stretches its own allowance.
+//! (the mean of its last [`STEP_WINDOW`] per-step times, or of the last two when that is
+//! slower, so a provider slowed for a while stretches its own allowance); the provider is *stalled*
+//! once no step has completed for `stall_factor × step time + slack` (at least
+//! `stall_floor`). Two things a heartbeat says besides the step keep that tight rule from
+//! taking an honest provider for a hung one:
+//! - *checkpointing*: while the trainer makes a checkpoint (hashing states, adding blobs) the
+//!   allowance is at least `checkpoint_floor`, or twice the slowest checkpoint seen, and the
+//!   step clock restarts when it is done. Only then: a hang next to a checkpoint is judged at
+//!   the step pace like any other.
+//! - *starved_ms*: the provider's compute threads' total wait for a CPU. Load on the host
+//!   (its own verifier, a neighbour, a CPU hog) makes a step slow, not absent, and shows up
+//!   there, so the wait since the clock started is added to the allowance (and left out of
+//!   the step-time samples). A hung GPU waits for no CPU and gets no credit. The credit is
+//!   capped by the time heard so far and by `max_starved_credit`, so a provider that inflates
+//!   it delays only its own failover, by at most that cap.
+//!
 //! Before the first advance of an assignment (model load, checkpoint fetch) and until
 //! [`MIN_STEP_SAMPLES`] step times are known, the allowance is `first_step_floor`. Once the
 //! last step is reached nothing more is expected, so a finished provider waiting for its
@@ -52,9 +61,18 @@ pub const PHI_K: f64 = 4.0;
 pub const STEP_WINDOW: usize = 16;
 /// Step times needed before the estimate is trusted over `first_step_floor`.
 pub const MIN_STEP_SAMPLES: usize = 3;
-/// The allowance at a checkpoint boundary is at least this many times the slowest
-/// checkpoint step seen (plus the slack).
+/// The allowance while checkpointing is at least this many times the slowest checkpoint seen
+/// (plus the slack).
 pub const CHECKPOINT_FACTOR: u32 = 2;
+
+/// What a heartbeat says about the provider's work besides its step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Busy {
+    /// Making the checkpoint of the step reported.
+    pub checkpointing: bool,
+    /// The compute threads' total wait for a CPU, ms (never decreases).
+    pub starved_ms: u64,
+}
 
 /// Why a provider was given up on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -87,9 +105,9 @@ pub struct DetectorConfig {
     /// 250 ms default had.
     pub floor: Duration,
     pub closed_grace: Duration,
-    /// The least stall allowance, whatever the step time: a host under load (a verifier's
-    /// evaluation beside the trainer) slows steps for a while, and a false failover costs an
-    /// interval of work, while a hang found 2 s later than `3 × 100 ms + slack` costs little.
+    /// The least stall allowance, whatever the step time. Load on the provider's host comes
+    /// back as starvation credit, so this only covers what the credit cannot see (page
+    /// faults, a blocked write); the hang target is `3 × step + 500 ms`.
     pub stall_floor: Duration,
     /// Stalled after this many of the provider's step times without a completed step.
     pub stall_factor: u32,
@@ -99,8 +117,11 @@ pub struct DetectorConfig {
     /// The allowance before the first step of an assignment (model load, checkpoint fetch)
     /// and until the step time is known.
     pub first_step_floor: Duration,
-    /// The least allowance while a checkpoint step is due (hashing and adding the blob).
+    /// The least allowance while the provider says it is making a checkpoint.
     pub checkpoint_floor: Duration,
+    /// The most starvation credit one stall allowance gets: a host that leaves the trainer
+    /// no CPU for this long is of no use to the job either.
+    pub max_starved_credit: Duration,
 }
 
 impl Default for DetectorConfig {
@@ -110,11 +131,12 @@ impl Default for DetectorConfig {
             timeout: Duration::from_millis(250),
             floor: Duration::from_millis(250),
             closed_grace: Duration::from_millis(50),
-            stall_floor: Duration::from_secs(2),
+            stall_floor: Duration::from_millis(500),
             stall_factor: 3,
             stall_slack: Duration::from_millis(500),
             first_step_floor: Duration::from_secs(60),
             checkpoint_floor: Duration::from_secs(5),
+            max_starved_credit: Duration::from_secs(30),
         }
     }
 }
@@ -133,14 +155,20 @@ pub struct ProgressSpec {
 struct Progress {
     spec: ProgressSpec,
     last_step: Step,
-    /// When the step last advanced; `None` before the first advance of the assignment.
-    last_advance: Option<Time>,
-    /// Per-step times in ms of advances that crossed no checkpoint.
+    /// When the step clock last started: the latest advance, or the end of a checkpoint after
+    /// it. `None` before the first advance of the assignment.
+    clock: Option<Time>,
+    /// Whether `clock` was started by a checkpoint's end rather than by an advance.
+    clock_after_checkpoint: bool,
+    /// Per-step times in ms (starvation left out) of advances that made no checkpoint.
     step_ms: VecDeque<u64>,
-    /// The latest of them.
-    latest_ms: u64,
-    /// The slowest advance across a checkpoint, in ms.
+    /// The slowest checkpoint seen, in ms.
     checkpoint_ms: u64,
+    /// When the provider began the checkpoint it is making, if it says it is.
+    checkpointing_since: Option<Time>,
+    /// The provider's reported starvation now, and when the clock started.
+    starved_ms: u64,
+    starved_at_clock: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -175,10 +203,13 @@ impl FailureDetector {
         self.progress = Some(Progress {
             spec,
             last_step: spec.start_step,
-            last_advance: None,
+            clock: None,
+            clock_after_checkpoint: false,
             step_ms: VecDeque::with_capacity(STEP_WINDOW),
-            latest_ms: 0,
             checkpoint_ms: 0,
+            checkpointing_since: None,
+            starved_ms: 0,
+            starved_at_clock: 0,
         });
         self
     }
@@ -198,29 +229,46 @@ impl FailureDetector {
         self.deadline = self.last_heard.saturating_add(self.liveness_timeout());
     }
 
-    /// A heartbeat at `now` reported `step`.
-    pub fn progressed(&mut self, now: Time, step: Step) {
+    /// A heartbeat at `now` reported `step`, and what the provider was busy with.
+    pub fn progressed(&mut self, now: Time, step: Step, busy: Busy) {
         let Some(p) = self.progress.as_mut() else {
             return;
         };
-        if step <= p.last_step {
-            return;
-        }
-        if let Some(prev) = p.last_advance {
-            let elapsed = now.since(prev).as_millis() as u64;
-            if checkpoint_between(p.spec.checkpoint_interval, p.last_step, step) {
-                p.checkpoint_ms = p.checkpoint_ms.max(elapsed);
-            } else {
-                if p.step_ms.len() == STEP_WINDOW {
-                    p.step_ms.pop_front();
+        p.starved_ms = p.starved_ms.max(busy.starved_ms);
+        if step > p.last_step {
+            if let Some(prev) = p.clock {
+                let elapsed = now.since(prev).as_millis() as u64;
+                let starved = p.starved_ms.saturating_sub(p.starved_at_clock);
+                // An advance that included making a checkpoint, unseen because it was quicker
+                // than a heartbeat period, says nothing reliable of a step's time.
+                let made_checkpoint = !p.clock_after_checkpoint
+                    && checkpoint_between(p.spec.checkpoint_interval, p.last_step, step);
+                if !made_checkpoint {
+                    if p.step_ms.len() == STEP_WINDOW {
+                        p.step_ms.pop_front();
+                    }
+                    p.step_ms
+                        .push_back(elapsed.saturating_sub(starved) / (step - p.last_step));
                 }
-                p.latest_ms = elapsed / (step - p.last_step);
-                p.step_ms.push_back(p.latest_ms);
             }
+            // The first advance measures start-up, not a step: it only starts the clock.
+            p.last_step = step;
+            p.clock = Some(now);
+            p.clock_after_checkpoint = false;
+            p.starved_at_clock = p.starved_ms;
+            p.checkpointing_since = None;
         }
-        // The first advance measures start-up, not a step: it only starts the clock.
-        p.last_step = step;
-        p.last_advance = Some(now);
+        match (busy.checkpointing, p.checkpointing_since) {
+            (true, None) => p.checkpointing_since = Some(now),
+            (false, Some(since)) => {
+                p.checkpoint_ms = p.checkpoint_ms.max(now.since(since).as_millis() as u64);
+                p.checkpointing_since = None;
+                p.clock = Some(now);
+                p.clock_after_checkpoint = true;
+                p.starved_at_clock = p.starved_ms;
+            }
+            _ => {}
+        }
     }
 
     pub fn connection_closed(&mut self, now: Time) {
@@ -256,54 +304,67 @@ impl FailureDetector {
             return None;
         }
         let c = &self.config;
-        let Some(since) = p.last_advance else {
+        let Some(clock) = p.clock else {
             return Some(self.armed_at.saturating_add(c.first_step_floor));
         };
+        // What the provider waited for a CPU since the clock started: never more than the
+        // time heard since then, nor than the cap.
+        let credit = Duration::from_millis(p.starved_ms.saturating_sub(p.starved_at_clock))
+            .min(self.last_heard.since(clock))
+            .min(c.max_starved_credit);
         if p.step_ms.len() < MIN_STEP_SAMPLES {
-            return Some(since.saturating_add(c.first_step_floor));
+            return Some(clock.saturating_add(c.first_step_floor + credit));
         }
-        let mut sorted: Vec<u64> = p.step_ms.iter().copied().collect();
-        sorted.sort_unstable();
-        // The median, or the latest step time if slower: a host that slows down for a while
-        // (verifiers evaluating beside it, a throttling GPU) stretches its own allowance
-        // step by step, while a hang stops the steps and is caught at the old pace.
-        let step_time = Duration::from_millis(sorted[sorted.len() / 2].max(p.latest_ms));
+        // The window's mean, or the last two steps' if slower. Heartbeats quantise each
+        // sample to whole periods (150 ms steps seen every 100 ms read as 100, 200, 100, …),
+        // which a mean averages out and a median or a single sample does not; the recent
+        // mean lets a host that slows down for a while (a throttling GPU) stretch its own
+        // allowance within two steps, while a hang stops the steps and is caught at the old
+        // pace.
+        let mean = p.step_ms.iter().sum::<u64>() / p.step_ms.len() as u64;
+        let recent = p.step_ms.iter().rev().take(2).sum::<u64>() / 2;
+        let step_time = Duration::from_millis(mean.max(recent));
         // Two periods at least: a lost heartbeat delays the sight of an advance by one.
         let slack = c.stall_slack.max(c.period * 2);
-        let mut allowance = (step_time * c.stall_factor + slack).max(c.stall_floor);
-        // Around a checkpoint: before it, the provider hashes and adds the blob; just after
-        // it, it serves the blob to the client and the committee, whose evaluation may share
-        // its host.
-        let interval = p.spec.checkpoint_interval.max(1);
-        let next_checkpoint = p.last_step.div_ceil(interval).max(1) * interval;
-        let since_checkpoint = p.last_step % interval;
-        let near = Step::from(c.stall_factor);
-        if next_checkpoint - p.last_step <= near
-            || (p.last_step >= interval && since_checkpoint <= near)
-        {
-            let seen = Duration::from_millis(p.checkpoint_ms) * CHECKPOINT_FACTOR + slack;
-            allowance = allowance.max(c.checkpoint_floor).max(seen);
-        }
-        Some(since.saturating_add(allowance))
+        let allowance = (step_time * c.stall_factor + slack).max(c.stall_floor);
+        let deadline = match p.checkpointing_since {
+            Some(since) => {
+                let seen = Duration::from_millis(p.checkpoint_ms) * CHECKPOINT_FACTOR + slack;
+                since.saturating_add(allowance.max(c.checkpoint_floor).max(seen))
+            }
+            None => clock.saturating_add(allowance),
+        };
+        Some(deadline.saturating_add(credit))
     }
 
     /// The next time a verdict may change.
     pub fn deadline(&self) -> Time {
-        match self.stall_deadline() {
+        match self.stall_due() {
             Some(s) => s.min(self.deadline),
             None => self.deadline,
         }
+    }
+
+    /// The stall deadline, once the heartbeats heard can back a stall verdict there: only a
+    /// provider heard within a period of it, still at its old step, is stalled. One whose
+    /// heartbeats were lost meanwhile (a lossy link, a partition) shows no progress because
+    /// nothing was heard at all, which is the liveness rule's to judge; its next heartbeat
+    /// settles it either way.
+    fn stall_due(&self) -> Option<Time> {
+        self.stall_deadline()
+            .filter(|s| self.last_heard.saturating_add(self.config.period) >= *s)
     }
 
     pub fn last_heard(&self) -> Time {
         self.last_heard
     }
 
-    /// When the step last advanced (the arming time before any advance).
+    /// When the step clock last started: the latest advance or the end of a checkpoint (the
+    /// arming time before any advance).
     pub fn last_progress(&self) -> Time {
         self.progress
             .as_ref()
-            .and_then(|p| p.last_advance)
+            .and_then(|p| p.clock)
             .unwrap_or(self.armed_at)
     }
 
@@ -313,7 +374,7 @@ impl FailureDetector {
         if now >= self.deadline {
             return Some(Suspicion::Lost);
         }
-        match self.stall_deadline() {
+        match self.stall_due() {
             Some(s) if now >= s => Some(Suspicion::Stalled),
             _ => None,
         }
@@ -447,50 +508,86 @@ mod tests {
         }
     }
 
-    /// Heartbeats every 100 ms, a step every `step_ms`, with checkpoint steps taking
-    /// `checkpoint_ms` more; returns the time of the last heartbeat, at which `upto` was
-    /// reported.
+    /// Heartbeats every 100 ms, a step every `step_ms`, with checkpoint steps followed by
+    /// `checkpoint_ms` of making the checkpoint (reported as such); returns the time of the
+    /// last heartbeat, at which `upto` was reported.
     fn train(d: &mut FailureDetector, step_ms: u64, checkpoint_ms: u64, upto: Step) -> u64 {
         let start = 2000; // the model load
+        // (step done, its checkpoint done)
         let mut done_at = Vec::new();
         let mut t = start;
         for s in 1..=upto {
             t += step_ms;
-            done_at.push(t);
+            let done = t;
             if s % 10 == 0 {
                 t += checkpoint_ms;
             }
+            done_at.push((done, t));
         }
         let mut now = 0;
         loop {
             now += 100;
-            let step = done_at.iter().take_while(|&&a| a <= now).count() as Step;
+            let step = done_at.iter().take_while(|&&(a, _)| a <= now).count();
+            let checkpointing = step > 0 && done_at[step - 1].1 > now;
             d.heard(ms(now));
-            d.progressed(ms(now), step);
-            if step >= upto {
+            d.progressed(
+                ms(now),
+                step as Step,
+                Busy {
+                    checkpointing,
+                    starved_ms: 0,
+                },
+            );
+            if step as Step >= upto && !checkpointing {
                 return now;
             }
         }
+    }
+
+    /// One heartbeat at `now` reporting `step`, idle.
+    fn beat_at(d: &mut FailureDetector, now: u64, step: Step, starved_ms: u64) {
+        d.heard(ms(now));
+        d.progressed(
+            ms(now),
+            step,
+            Busy {
+                checkpointing: false,
+                starved_ms,
+            },
+        );
+    }
+
+    /// Heartbeats at `step` from `from` on, until a verdict; the time it came.
+    fn hang_until_verdict(d: &mut FailureDetector, from: u64, step: Step) -> u64 {
+        let mut now = from;
+        while d.suspicion(ms(now)).is_none() {
+            now += 100;
+            beat_at(d, now, step, 0);
+        }
+        assert_eq!(d.suspicion(ms(now)), Some(Suspicion::Stalled));
+        now
     }
 
     #[test]
     fn a_stall_is_declared_at_about_three_step_times_plus_slack() {
         let mut d = FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
         let last = train(&mut d, 600, 0, 15);
-        let mut now = last;
-        while d.suspicion(ms(now)).is_none() {
-            now += 100;
-            d.heard(ms(now));
-            d.progressed(ms(now), 15);
-        }
-        assert_eq!(d.suspicion(ms(now)), Some(Suspicion::Stalled));
-        let hung_for = now - last;
+        let hung_for = hang_until_verdict(&mut d, last, 15) - last;
         // 3 × 600 + 500, give or take a heartbeat.
         assert!((2200..=2400).contains(&hung_for), "{hung_for}");
     }
 
     #[test]
-    fn a_gradual_slowdown_after_a_checkpoint_is_not_a_stall() {
+    fn fast_steps_are_judged_at_their_own_pace() {
+        // A CPU CNN step: 150 ms. The hang target is 3 × 150 + 500 ms.
+        let mut d = FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
+        let last = train(&mut d, 150, 0, 15);
+        let hung_for = hang_until_verdict(&mut d, last, 15) - last;
+        assert!(hung_for <= 3 * 150 + 500 + 100, "{hung_for}");
+    }
+
+    #[test]
+    fn a_gradual_slowdown_is_not_a_stall() {
         // What the e2e run showed on a shared 2-core host: ~300 ms steps, then the verifiers'
         // evaluation of checkpoint 10 slows steps to 0.9, 1.0, 1.9, 1.0 s.
         let mut d = FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
@@ -502,49 +599,195 @@ mod tests {
         while now < *done_at.last().unwrap() + 100 {
             now += 100;
             let step = done_at.iter().take_while(|&&a| a <= now).count() as Step;
-            d.heard(ms(now));
-            d.progressed(ms(now), step);
+            beat_at(&mut d, now, step, 0);
             assert_eq!(d.suspicion(ms(now)), None, "at {now} ms, step {step}");
         }
     }
 
     #[test]
-    fn fast_steps_get_the_stall_floor() {
-        let mut d = FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
-        let last = train(&mut d, 100, 0, 15);
-        assert_eq!(d.stall_deadline(), Some(ms(last + 2000)));
-    }
-
-    #[test]
-    fn a_slow_checkpoint_step_is_not_a_stall() {
-        let mut d = FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
-        // Checkpoint steps take 8 step times more than a step (2.4 s at 300 ms a step).
-        let mut done_at = Vec::new();
-        let mut t = 2000;
-        for s in 1..=40 {
-            t += 300;
-            done_at.push(t);
-            if s % 10 == 0 {
-                t += 2400;
+    fn a_starved_step_is_not_a_stall_and_a_hang_gets_no_credit() {
+        // The soak's false failover: 400 ms steps, then one of 3.1 s on a host whose other
+        // work took the CPU from the trainer for 2.7 s of it.
+        let run = |report_starvation: bool| {
+            let mut d =
+                FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
+            let last = train(&mut d, 400, 0, 5);
+            let mut now = last;
+            let mut verdict = None;
+            while now < last + 3100 {
+                now += 100;
+                // Starved for all but 400 ms of the slow step.
+                let starved = if report_starvation {
+                    (now - last).saturating_sub(400).min(2700)
+                } else {
+                    0
+                };
+                beat_at(&mut d, now, 5, starved);
+                verdict = verdict.or(d.suspicion(ms(now)));
             }
-        }
-        let mut now = 0;
-        loop {
             now += 100;
-            let step = done_at.iter().take_while(|&&a| a <= now).count() as Step;
-            d.heard(ms(now));
-            d.progressed(ms(now), step);
-            assert_eq!(d.suspicion(ms(now)), None, "at {now} ms, step {step}");
-            if step >= 40 {
-                break;
-            }
+            beat_at(&mut d, now, 6, if report_starvation { 2700 } else { 0 });
+            (verdict, d, now)
+        };
+        let (verdict, mut d, last) = run(true);
+        assert_eq!(verdict, None);
+        // The starved step did not inflate the step time: a hang now is caught at the pace
+        // of 400 ms steps, with no credit since nothing more was starved.
+        let hung_for = hang_until_verdict(&mut d, last, 6) - last;
+        // The slow step counts 500 ms (its 3.2 s seen less 2.7 s starved), so the pace is
+        // 450 ms a step at most; a credit would have added seconds.
+        assert!(hung_for <= 3 * 450 + 500 + 100, "{hung_for}");
+        // Without the starvation reported, the same slow step is a stall.
+        assert_eq!(run(false).0, Some(Suspicion::Stalled));
+    }
+
+    #[test]
+    fn starvation_credit_is_capped() {
+        let cfg = DetectorConfig {
+            max_starved_credit: Duration::from_secs(2),
+            ..node_config()
+        };
+        let mut d = FailureDetector::new(cfg, ms(0)).watching_progress(progress_spec());
+        let last = train(&mut d, 400, 0, 5);
+        // A provider that claims to be starved all the time, and a lot more.
+        let mut now = last;
+        while d.suspicion(ms(now)).is_none() {
+            now += 100;
+            beat_at(&mut d, now, 5, (now - last) * 1000);
         }
+        let hung_for = now - last;
+        assert!(
+            (3 * 400 + 500 + 2000..=3 * 400 + 500 + 2000 + 100).contains(&hung_for),
+            "{hung_for}"
+        );
+    }
+
+    #[test]
+    fn a_lost_heartbeat_is_not_a_stall() {
+        // The simulator's `faults` rhythm: heartbeats every 500 ms, a 1.25 s timeout, 60
+        // steps a second. The stall allowance (3 × 17 ms + 2 periods) is under the gap a
+        // lost heartbeat plus a late one leaves.
+        let cfg = DetectorConfig {
+            period: Duration::from_millis(500),
+            timeout: Duration::from_millis(1250),
+            floor: Duration::from_millis(1250),
+            ..DetectorConfig::default()
+        };
+        let mut d = FailureDetector::new(cfg, ms(0)).watching_progress(ProgressSpec {
+            start_step: 0,
+            checkpoint_interval: 1000,
+            end_step: 100_000,
+        });
+        let mut now = 0;
+        for i in 1..=10u64 {
+            now = 500 * i;
+            beat_at(&mut d, now, 30 * i, 0);
+        }
+        // The next heartbeat is lost and the one after arrives 100 ms late.
+        for t in (now..now + 1100).step_by(10) {
+            assert_eq!(d.suspicion(ms(t)), None, "at {t}");
+            assert!(d.deadline() >= ms(now + 1250), "{:?}", d.deadline());
+        }
+        beat_at(&mut d, now + 1100, 330, 0);
+        assert_eq!(d.suspicion(ms(now + 1100)), None);
+        // A hang is still caught, from the heartbeats that report it.
+        let last = now + 1100;
+        let mut t = last;
+        while d.suspicion(ms(t)).is_none() {
+            t += 500;
+            beat_at(&mut d, t, 330, 0);
+        }
+        assert_eq!(d.suspicion(ms(t)), Some(Suspicion::Stalled));
+        assert!(t - last <= 1500, "{}", t - last);
+    }
+
+    #[test]
+    fn a_slow_checkpoint_is_not_a_stall() {
+        let mut d = FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
+        // Checkpoints take 8 step times (2.4 s at 300 ms a step).
+        let last = train(&mut d, 300, 2400, 40);
         // Finished: waiting for the decision is not a stall.
+        let mut now = last;
         for _ in 0..1000 {
             now += 100;
             d.heard(ms(now));
             assert_eq!(d.suspicion(ms(now)), None);
         }
+    }
+
+    #[test]
+    fn a_slow_checkpoint_passes_every_heartbeat_on_the_way() {
+        let mut d = FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
+        let mut now = 0;
+        // Step by step, checking the verdict at every heartbeat.
+        let mut done_at = Vec::new();
+        let mut t = 2000;
+        for s in 1..=40u64 {
+            t += 300;
+            let done = t;
+            if s % 10 == 0 {
+                t += 2400;
+            }
+            done_at.push((done, t));
+        }
+        loop {
+            now += 100;
+            let step = done_at.iter().take_while(|&&(a, _)| a <= now).count();
+            let checkpointing = step > 0 && done_at[step - 1].1 > now;
+            d.heard(ms(now));
+            d.progressed(
+                ms(now),
+                step as Step,
+                Busy {
+                    checkpointing,
+                    starved_ms: 0,
+                },
+            );
+            assert_eq!(d.suspicion(ms(now)), None, "at {now} ms, step {step}");
+            if step >= 40 {
+                break;
+            }
+        }
+    }
+
+    #[test]
+    fn a_hang_next_to_a_checkpoint_is_caught_at_the_step_pace() {
+        // Steps of 300 ms, checkpoints of 2.4 s; the trainer hangs on the first step after
+        // checkpoint 10 (the old rule gave every step within three of a checkpoint 5 s).
+        let mut d = FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
+        let last = train(&mut d, 300, 2400, 10);
+        let hung_for = hang_until_verdict(&mut d, last, 10) - last;
+        assert!(hung_for <= 3 * 300 + 500 + 100, "{hung_for}");
+    }
+
+    #[test]
+    fn a_checkpoint_that_never_ends_is_a_stall() {
+        let mut d = FailureDetector::new(node_config(), ms(0)).watching_progress(progress_spec());
+        let mut now = train(&mut d, 300, 0, 17);
+        // Steps 18, 19 and 20, whose checkpoint starts and never finishes.
+        for step in 18..=20 {
+            for _ in 0..3 {
+                now += 100;
+                beat_at(&mut d, now, step - 1, 0);
+            }
+            now += 100;
+            beat_at(&mut d, now, step, 0);
+        }
+        let started = now;
+        while d.suspicion(ms(now)).is_none() {
+            d.heard(ms(now));
+            d.progressed(
+                ms(now),
+                20,
+                Busy {
+                    checkpointing: true,
+                    starved_ms: 0,
+                },
+            );
+            now += 100;
+        }
+        let took = now - started;
+        assert!((5000..=5200).contains(&took), "{took}");
     }
 
     #[test]
@@ -557,8 +800,7 @@ mod tests {
         let mut now = 0;
         while now < 9_900 {
             now += 100;
-            d.heard(ms(now));
-            d.progressed(ms(now), 0);
+            beat_at(&mut d, now, 0, 0);
             assert_eq!(d.suspicion(ms(now)), None, "at {now}");
         }
         now += 100;

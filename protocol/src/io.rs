@@ -28,6 +28,9 @@ pub enum Input {
         step: Step,
         loss: f32,
     },
+    /// The node: its compute threads have waited this long in all, in ms, for a CPU they were
+    /// ready to use (see [`crate::Heartbeat::starved_ms`]). Never decreases.
+    ComputeStarved { total_ms: u64 },
     /// Trainer: a checkpoint is in the local blob store, with the per-step state hashes of
     /// `last checkpoint ..= step`.
     CheckpointReady {

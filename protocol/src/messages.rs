@@ -92,6 +92,16 @@ pub struct Heartbeat {
     pub step: Step,
     /// Training loss at `step`; NaN before the first step of the epoch.
     pub loss: f32,
+    /// The trainer is making `step`'s checkpoint (hashing its states, adding the blobs): the
+    /// client allows a checkpoint's time for the next step, not a step's.
+    pub checkpointing: bool,
+    /// How long, in ms since the provider started, its compute threads were ready to run but
+    /// waited for a CPU (Linux's per-thread run-queue delay). A host that starves its trainer
+    /// makes slow steps, not no steps: the client adds what was starved to its stall allowance,
+    /// so load is not taken for a hung GPU and a hang is still caught at the provider's own
+    /// pace. The client caps the credit; a provider that inflates it only delays its own
+    /// failover by that cap.
+    pub starved_ms: u64,
     pub signature: Sig65,
 }
 
@@ -301,6 +311,8 @@ mod tests {
             seq: 1,
             step: 10,
             loss: 0.5,
+            checkpointing: false,
+            starved_ms: 0,
             signature: Sig65::ZERO,
         }
         .sign(&key);
@@ -312,6 +324,11 @@ mod tests {
             tampered.check_signature(Scheme::Secp256k1),
             Err(SignatureCheck::WrongSigner { .. })
         ));
+        // A relay cannot buy the provider stall allowance.
+        let mut inflated = hb.clone();
+        inflated.starved_ms = 60_000;
+        inflated.checkpointing = true;
+        assert!(inflated.check_signature(Scheme::Secp256k1).is_err());
         let mut impostor = hb.clone();
         impostor.provider = SigningKey::from_seed(2).address();
         assert!(impostor.check_signature(Scheme::Secp256k1).is_err());

@@ -271,6 +271,7 @@ pub struct Training {
     pub epoch: Epoch,
     pub from_step: Step,
     pub until_step: Step,
+    checkpoint_interval: Step,
     pub last_step: Step,
     pub last_announced: Step,
     last_loss: f32,
@@ -282,6 +283,16 @@ pub struct Training {
     /// This epoch's announcements the escrow has not decided yet, by step, each with when it
     /// was last published.
     undecided: BTreeMap<Step, (CheckpointAnnounce, Time)>,
+}
+
+impl Training {
+    /// The trainer has reported a checkpoint step whose checkpoint is not ready yet: it is
+    /// hashing the interval's states and adding the blobs.
+    fn checkpointing(&self) -> bool {
+        let s = self.last_step;
+        s > self.last_announced
+            && (s.is_multiple_of(self.checkpoint_interval.max(1)) || s == self.until_step)
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -355,6 +366,8 @@ pub struct Provider {
     /// Submitted claims by transaction id, so a failure drops the right one.
     claim_txs: BTreeMap<TxId, (JobId, Epoch, Step)>,
     next_tx: u64,
+    /// The node's compute threads' total wait for a CPU, as the node last reported it.
+    starved_ms: u64,
     outputs: VecDeque<Output>,
 }
 
@@ -370,6 +383,7 @@ impl Provider {
             claim_timers: BTreeSet::new(),
             claim_txs: BTreeMap::new(),
             next_tx: CLAIM_TX_BASE,
+            starved_ms: 0,
             outputs: VecDeque::new(),
         }
     }
@@ -674,6 +688,8 @@ impl Provider {
             seq: t.seq,
             step: t.last_step,
             loss: t.last_loss,
+            checkpointing: t.checkpointing(),
+            starved_ms: self.starved_ms,
             signature: Sig65::ZERO,
         }
         .sign(&self.key);
@@ -816,6 +832,7 @@ impl Provider {
                     epoch,
                     from_step: start_step,
                     until_step: total,
+                    checkpoint_interval: interval,
                     last_step: start_step,
                     last_announced: start_step,
                     last_loss: f32::NAN,
@@ -1052,6 +1069,9 @@ impl StateMachine for Provider {
             | Input::BlobFetched { .. }
             | Input::QualityResult { .. }
             | Input::SpotCheckResult { .. } => {}
+            Input::ComputeStarved { total_ms } => {
+                self.starved_ms = self.starved_ms.max(total_ms);
+            }
         }
     }
 

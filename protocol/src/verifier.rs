@@ -655,7 +655,8 @@ impl StateMachine for Verifier {
             | Input::StepDone { .. }
             | Input::CheckpointReady { .. }
             | Input::TrainingFailed { .. }
-            | Input::StakeChanged { .. } => {}
+            | Input::StakeChanged { .. }
+            | Input::ComputeStarved { .. } => {}
         }
     }
 

@@ -169,6 +169,64 @@ fn heartbeats_follow_the_period_and_report_progress() {
 }
 
 #[test]
+fn heartbeats_say_when_a_checkpoint_is_being_made_and_how_starved_the_host_is() {
+    let k = keys();
+    let mut p = training(&k);
+    let beat = |p: &mut gpuchain_protocol::provider::Provider, at: u64| {
+        p.handle_timeout(t(at));
+        let outs = drain(p);
+        let [Message::Heartbeat(h)] = &published(&outs)[..] else {
+            panic!("{outs:?}")
+        };
+        h.clone()
+    };
+    let step = |p: &mut gpuchain_protocol::provider::Provider, at: u64, step: u64| {
+        p.handle_input(
+            t(at),
+            Input::StepDone {
+                job_id: job(),
+                epoch: 1,
+                step,
+                loss: 1.0,
+            },
+        );
+    };
+    step(&mut p, 150, 49);
+    p.handle_input(t(160), Input::ComputeStarved { total_ms: 40 });
+    let h = beat(&mut p, 200);
+    assert_eq!((h.step, h.checkpointing, h.starved_ms), (49, false, 40));
+    // Step 50 is a checkpoint step: until its checkpoint is ready, the trainer is making it.
+    step(&mut p, 250, 50);
+    let h = beat(&mut p, 300);
+    assert_eq!((h.step, h.checkpointing), (50, true));
+    // The node's figure never goes back.
+    p.handle_input(t(310), Input::ComputeStarved { total_ms: 10 });
+    p.handle_input(
+        t(350),
+        Input::CheckpointReady {
+            job_id: job(),
+            epoch: 1,
+            step: 50,
+            checkpoint_hash: ckpt(0xa, 50),
+            state_hashes: states(0xa, 0, 50),
+        },
+    );
+    let outs = {
+        p.handle_timeout(t(400));
+        drain(&mut p)
+    };
+    let h = published(&outs)
+        .into_iter()
+        .find_map(|m| match m {
+            Message::Heartbeat(h) => Some(h),
+            _ => None,
+        })
+        .expect("a heartbeat");
+    assert_eq!((h.step, h.checkpointing, h.starved_ms), (50, false, 40));
+    assert_eq!(h.check_signature(Scheme::Secp256k1), Ok(()));
+}
+
+#[test]
 fn checkpoints_are_announced_with_their_parent_and_commitment() {
     let k = keys();
     let mut p = training(&k);

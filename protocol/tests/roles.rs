@@ -182,6 +182,8 @@ fn heartbeat(job: u64, key: &SigningKey, epoch: u64, seq: u64) -> Message {
             seq,
             step: 10,
             loss: 0.5,
+            checkpointing: false,
+            starved_ms: 0,
             signature: Sig65::ZERO,
         }
         .sign(key),

@@ -221,6 +221,8 @@ fn message() -> impl Strategy<Value = Message> {
                     seq,
                     step,
                     loss,
+                    checkpointing: false,
+                    starved_ms: 0,
                     signature,
                 })
             }),
@@ -534,6 +536,8 @@ fn simulated_signatures_are_refused_off_the_simulator() {
             seq: 3,
             step: 10,
             loss: 0.5,
+            checkpointing: false,
+            starved_ms: 0,
             signature: Sig65::ZERO,
         }
         .sign(key)

@@ -249,6 +249,11 @@ pub enum NodeEvent {
         seq: u64,
         step: u64,
         loss: f32,
+        /// The provider's compute threads' total wait for a CPU, ms (its heartbeat's).
+        #[serde(default)]
+        starved_ms: u64,
+        #[serde(default)]
+        checkpointing: bool,
     },
     CheckpointAnnounced {
         job_id: String,

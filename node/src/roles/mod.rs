@@ -44,6 +44,9 @@ pub struct RoleRuntime {
     inbound: mpsc::Receiver<Inbound>,
     shutdown: watch::Receiver<bool>,
     training: train::Trainers,
+    /// The compute threads' wait for a CPU, sampled on the machines' timer while training.
+    starvation: crate::compute::Starvation,
+    starved_reported: u64,
     pending_create: HashMap<TxId, oneshot::Sender<Result<SubmitReply>>>,
     fault: Option<Fault>,
     /// How long a late timer waits for what arrived meanwhile (one heartbeat period).
@@ -138,6 +141,8 @@ impl RoleRuntime {
             inbound,
             shutdown,
             training: train::Trainers::default(),
+            starvation: crate::compute::Starvation::default(),
+            starved_reported: 0,
             pending_create: HashMap::new(),
             fault: config.fault,
             catch_up: config.heartbeat_period,
@@ -212,6 +217,16 @@ impl RoleRuntime {
             return;
         }
         let now = self.now();
+        // Fresh before each heartbeat the timer may send: a host that starves its trainer
+        // says so, and the client gives it that much more time for its step.
+        if self.training.any() {
+            let total_ms = self.starvation.sample();
+            if total_ms != self.starved_reported {
+                self.starved_reported = total_ms;
+                self.machines
+                    .handle_input(now, Input::ComputeStarved { total_ms });
+            }
+        }
         self.machines.handle_timeout(now);
     }
 
@@ -242,6 +257,8 @@ impl RoleRuntime {
                             seq: h.seq,
                             step: h.step,
                             loss: h.loss,
+                            starved_ms: h.starved_ms,
+                            checkpointing: h.checkpointing,
                         },
                         "heartbeat",
                     );

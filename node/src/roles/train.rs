@@ -102,6 +102,11 @@ impl Trainers {
         });
     }
 
+    /// Whether any epoch is training here (its heartbeats report the host's starvation).
+    pub fn any(&self) -> bool {
+        !self.running.is_empty()
+    }
+
     pub fn stop_all(&mut self) {
         for (_, (_, control)) in self.running.drain() {
             control.cancel.store(true, Ordering::Relaxed);

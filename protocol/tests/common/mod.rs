@@ -306,6 +306,8 @@ pub fn heartbeat(key: &SigningKey, epoch: u64, seq: u64, step: u64) -> Message {
             seq,
             step,
             loss: 0.5,
+            checkpointing: false,
+            starved_ms: 0,
             signature: Sig65::ZERO,
         }
         .sign(key),

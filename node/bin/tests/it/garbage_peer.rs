@@ -154,6 +154,8 @@ async fn garbage_peer_is_rejected_and_scored_down() {
             seq: 1,
             step: 1,
             loss: 0.0,
+            checkpointing: false,
+            starved_ms: 0,
             signature: Sig65::ZERO,
         }
         .sign(&SigningKey::from_seed(4)),

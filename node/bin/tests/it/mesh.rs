@@ -64,6 +64,8 @@ fn five_nodes_mesh_gossip_and_heartbeats() {
             seq: 1,
             step: 4242,
             loss: 0.25,
+            checkpointing: false,
+            starved_ms: 0,
             signature: Sig65::ZERO,
         }
         .sign(&SigningKey::from_seed(11)),
