@@ -432,7 +432,6 @@ impl BlobNode {
         while let Some(item) = progress.next().await {
             match item {
                 DownloadProgressItem::Progress(bytes) if bytes > self.max_fetch => {
-                    drop(progress);
                     bail!(
                         "blob {hash} is larger than the {} MiB this node fetches \
                          (--max-blob-mb); refused after {bytes} bytes",

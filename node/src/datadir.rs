@@ -19,7 +19,8 @@ pub const KEYSTORE_FILE: &str = "node.json";
 pub const SPECS_DIR: &str = "specs";
 /// The chain follower's cursor.
 pub const CURSOR_DIR: &str = "chain";
-/// Unpacked job data, one folder per spec hash.
+/// Job data while it is unpacked and loaded, one folder per spec hash; each is removed once
+/// its job is in memory, so nothing here outlives a build.
 pub const JOBS_DIR: &str = "jobs";
 /// Default folder the API imports blobs from.
 pub const IMPORT_DIR: &str = "import";
@@ -44,11 +45,14 @@ pub fn cursor_dir(root: &Path) -> PathBuf {
     root.join(CURSOR_DIR)
 }
 
+/// The folder a job is unpacked into (see [`JOBS_DIR`]).
+pub fn job_dir(root: &Path, spec_hash: &[u8]) -> PathBuf {
+    root.join(JOBS_DIR).join(hex::encode(spec_hash))
+}
+
 /// Where a job's dataset and eval set are unpacked.
 pub fn job_data_dir(root: &Path, spec_hash: &[u8]) -> PathBuf {
-    root.join(JOBS_DIR)
-        .join(hex::encode(spec_hash))
-        .join("data")
+    job_dir(root, spec_hash).join("data")
 }
 
 #[derive(Debug, Clone)]
@@ -132,7 +136,17 @@ impl DataDir {
                 )
             })?;
         match file.try_lock() {
-            Ok(()) => Ok(file),
+            Ok(()) => {
+                // What a crash mid-build left unpacked: ours to remove now that no other
+                // node can be using this dir.
+                let jobs = self.root.join(JOBS_DIR);
+                if jobs.exists()
+                    && let Err(e) = fs::remove_dir_all(&jobs)
+                {
+                    tracing::warn!(dir = %jobs.display(), error = %e, "cannot remove job data left by an earlier run");
+                }
+                Ok(file)
+            }
             Err(fs::TryLockError::WouldBlock) => bail!(
                 "data dir {} is in use by another gpuchain node; stop it or pick another --data-dir",
                 self.root.display()

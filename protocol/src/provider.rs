@@ -536,13 +536,20 @@ impl Provider {
         self.jobs.values().filter(|j| j.holds_epoch).count() as u64
     }
 
-    /// The first rule the job breaks, if any: the vetting of its terms, then the fit.
-    fn vet(&self, job: &ProviderJob, chain: &ChainJob, spec: &JobSpec) -> Option<VetRule> {
+    /// The first rule the job breaks, if any (the vetting of its terms, then the fit), with
+    /// what a refusal notice says of it: the figures for memory, which cost a model build to
+    /// work out, so they are worked out once.
+    fn vet(
+        &self,
+        job: &ProviderJob,
+        chain: &ChainJob,
+        spec: &JobSpec,
+    ) -> Option<(VetRule, String)> {
         let v = &self.config.vetting;
         let me = self.key.address();
         let committee = chain.committee();
         let n = committee.len();
-        Some(if job.rejected_me {
+        let rule = if job.rejected_me {
             VetRule::RejectedBefore
         } else if !v.tokens.is_empty() && !v.tokens.contains(&chain.token) {
             VetRule::Token
@@ -566,11 +573,12 @@ impl Provider {
             VetRule::Price
         } else if spec.check().is_err() {
             VetRule::Spec
-        } else if self.config.memory_misfit(spec).is_some() {
-            VetRule::Memory
+        } else if let Some(detail) = self.config.memory_misfit(spec) {
+            return Some((VetRule::Memory, detail));
         } else {
             return None;
-        })
+        };
+        Some((rule, String::new()))
     }
 
     /// Bids for `epoch` if the job is one we want, we are free, and we have not bid already.
@@ -595,13 +603,9 @@ impl Provider {
         {
             return;
         }
-        if let Some(rule) = self.vet(job, chain, &offer.spec) {
+        if let Some((rule, detail)) = self.vet(job, chain, &offer.spec) {
             if job.refused != Some(rule) {
                 *self.refusals.entry(rule).or_default() += 1;
-                let detail = match rule {
-                    VetRule::Memory => self.config.memory_misfit(&offer.spec).unwrap_or_default(),
-                    _ => String::new(),
-                };
                 self.outputs.push_back(Output::Notice(Notice::BidRefused {
                     job_id,
                     rule,

@@ -12,6 +12,11 @@ use crate::wire::WireError;
 /// of the interval, and has to fit in a gossip message with room to spare.
 pub const MAX_CHECKPOINT_INTERVAL: u64 = 1024;
 
+/// Largest effective batch. A step is the unit of pay, of the stall rule's pace and of a
+/// spot check's replay: a client that packed a whole data set into one step would make each
+/// of them as long as it liked at the price of one step. A bigger batch belongs in more steps.
+pub const MAX_EFFECTIVE_BATCH: u32 = 4096;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
@@ -134,6 +139,10 @@ pub enum SpecError {
     BadInterval,
     #[error("effective_batch must be positive")]
     NoBatch,
+    #[error(
+        "effective_batch must be at most {MAX_EFFECTIVE_BATCH}: split a larger batch into more steps"
+    )]
+    BatchTooLarge,
     #[error("a hyper-parameter or threshold is not finite")]
     NotFinite,
 }
@@ -164,6 +173,9 @@ impl JobSpec {
         }
         if self.effective_batch == 0 {
             return Err(SpecError::NoBatch);
+        }
+        if self.effective_batch > MAX_EFFECTIVE_BATCH {
+            return Err(SpecError::BatchTooLarge);
         }
         let q = &self.quality;
         let floats = [
@@ -287,6 +299,13 @@ mod tests {
         let mut s = demo();
         s.hyper.learning_rate = f64::NAN;
         assert_eq!(s.check(), Err(SpecError::NotFinite));
+        let mut s = demo();
+        s.effective_batch = MAX_EFFECTIVE_BATCH;
+        assert_eq!(s.check(), Ok(()));
+        s.effective_batch = MAX_EFFECTIVE_BATCH + 1;
+        assert_eq!(s.check(), Err(SpecError::BatchTooLarge));
+        s.effective_batch = 0;
+        assert_eq!(s.check(), Err(SpecError::NoBatch));
     }
 
     #[test]

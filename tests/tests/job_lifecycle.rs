@@ -546,6 +546,13 @@ async fn killed_provider_is_replaced_and_resumed_from_the_last_accepted_checkpoi
         ahead.at < killed_at,
         "prepared only after the kill: {ahead:?}"
     );
+    // Prepared means in memory: nothing stays unpacked on its disk, however many jobs a
+    // provider bids on.
+    let jobs_dir = s.net.node("p2")?.data_dir().join("jobs");
+    let left: Vec<_> = std::fs::read_dir(&jobs_dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    ensure!(left.is_empty(), "p2 kept unpacked job data: {left:?}");
 
     let lost = s
         .net

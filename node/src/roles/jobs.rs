@@ -161,13 +161,12 @@ impl JobFile {
     /// Packs the data and builds the spec naming it. Fails on anything the trainer would
     /// refuse later, so a bad job never reaches the chain.
     pub fn build(&self, job_file: &Path) -> Result<(JobSpec, JobBlobs)> {
+        // Before packing, which reads the whole data set.
+        self.sections_fit()
+            .map_err(|e| anyhow!("job file {}: {e}", job_file.display()))?;
         let dir = self.data_dir(job_file);
         let (blobs, extra) = match (self.model, &self.text) {
-            (ModelKind::FashionCnn, Some(_)) => bail!(
-                "job file {}: a [text] section belongs to a bert-lora job, not fashion-cnn",
-                job_file.display()
-            ),
-            (ModelKind::FashionCnn, None) => {
+            (ModelKind::FashionCnn, _) => {
                 let train = bundle::pack_dir_files(&dir, &bundle::FASHION_TRAIN_FILES)
                     .map_err(|e| anyhow!("job data in {}: {e}", dir.display()))?;
                 let eval = bundle::pack_dir_files(&dir, &bundle::FASHION_EVAL_FILES)
@@ -199,13 +198,19 @@ impl JobFile {
         Ok((spec, blobs))
     }
 
+    /// The file's sections belong to its model.
+    fn sections_fit(&self) -> Result<()> {
+        if self.model == ModelKind::FashionCnn && self.text.is_some() {
+            bail!("a [text] section belongs to a bert-lora job, not fashion-cnn");
+        }
+        Ok(())
+    }
+
     /// The spec naming `blobs`, with the model's `hyper.extra` from packing (empty for
     /// fashion-cnn, [`TextFile::hyper_extra`] for bert-lora), refused as
     /// [`JobFile::build`] refuses it: anything the protocol or the trainer would refuse later.
     pub fn spec_for(&self, blobs: &JobBlobs, mut extra: BTreeMap<String, f64>) -> Result<JobSpec> {
-        if self.model == ModelKind::FashionCnn && self.text.is_some() {
-            bail!("a [text] section belongs to a bert-lora job, not fashion-cnn");
-        }
+        self.sections_fit()?;
         extra.insert("min_lr_ratio".to_string(), self.hyper.min_lr_ratio);
         extra.insert("eval_examples".to_string(), self.eval_examples as f64);
         let spec = JobSpec {
@@ -424,6 +429,16 @@ impl JobLibrary {
         let Some(spec) = self.spec(spec_hash) else {
             return;
         };
+        // A standby bid on a job already loaded: nothing to do, nothing to report.
+        if self
+            .built
+            .lock()
+            .await
+            .iter()
+            .any(|(h, c)| *h == spec_hash && c.initialized())
+        {
+            return;
+        }
         let started = std::time::Instant::now();
         match self.prepare(&spec, blobs, data_dir).await {
             Ok(_) => crate::events::emit(
@@ -446,6 +461,31 @@ async fn build(
     blobs: &crate::handle::NodeHandle,
     data_dir: &Path,
 ) -> Result<Arc<Job>> {
+    let unpacked = crate::datadir::job_dir(data_dir, spec.spec_hash().as_slice());
+    let job = unpack_and_load(spec, blobs, data_dir).await;
+    // Loaded (or failed): the unpacked files are never read again, and a provider prepares
+    // every job it bids on, so keeping them would grow its disk with each bid. A later build
+    // unpacks again from the blob store.
+    let gone = unpacked.clone();
+    let removed = tokio::task::spawn_blocking(move || {
+        if gone.exists() {
+            std::fs::remove_dir_all(&gone)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    if let Ok(Err(e)) | Err(e) = removed.map_err(std::io::Error::other) {
+        tracing::warn!(dir = %unpacked.display(), error = %e, "cannot remove unpacked job data");
+    }
+    job.map(Arc::new)
+}
+
+async fn unpack_and_load(
+    spec: &JobSpec,
+    blobs: &crate::handle::NodeHandle,
+    data_dir: &Path,
+) -> Result<Job> {
     let spec_hash = spec.spec_hash();
     let tspec = train_spec(spec)?;
     let model = fetch_bytes(blobs, spec.model_blob).await?;
@@ -472,15 +512,14 @@ async fn build(
     }
     // Decoding a data set is compute: below the runtime's priority, like training (a bid's
     // prefetch runs beside another job's training and its heartbeats).
-    let job = crate::compute::run("job-load", move || -> Result<Job> {
+    crate::compute::run("job-load", move || -> Result<Job> {
         let device = gpuchain_trainer::DeviceChoice::Cpu.open()?;
         Ok(match tspec.model {
             ModelSpec::BertLora { .. } => Job::bert_lora_dirs(tspec, &model_dir, &dir, device)?,
             _ => Job::fashion(tspec, &dir, device)?,
         })
     })
-    .await??;
-    Ok(Arc::new(job))
+    .await?
 }
 
 /// A blob's bytes, fetched from any peer that has it when we do not.
