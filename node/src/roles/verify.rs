@@ -1,13 +1,14 @@
 //! The verifier's runners and the blob fetches every role asks for. A checkpoint must be the
 //! state its announce committed to (its state hash is the announce's last one), pass the
 //! quality test against the previous accepted checkpoint, and survive the re-execution of
-//! the seeded spot-check steps from states fetched by their committed hashes.
+//! the seeded spot-check steps, each replayed from the nearest anchor state (fetched by its
+//! committed hash) with every replayed state checked against its committed hash.
 
 use anyhow::{Result, anyhow};
 use gpuchain_protocol::io::{QualityReport, SpotStep};
 use gpuchain_protocol::{Address, Epoch, Hash, Input, JobId, Step};
 use gpuchain_trainer::verify::quality::Reason;
-use gpuchain_trainer::{Checkpoint, StateHash, quality_test, spot_check_preimage};
+use gpuchain_trainer::{Checkpoint, StateHash, quality_test, spot_check_from_anchor};
 
 use super::ctx::Ctx;
 use super::jobs::{fetch_bytes, to_iroh};
@@ -275,11 +276,13 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
     };
     let peers = ctx.handle.peers_of(s.provider).await.unwrap_or_default();
     for st in &s.steps {
-        if let Err(e) = ctx
-            .handle
-            .fetch_hash(to_iroh(st.before), peers.clone())
-            .await
-        {
+        // Only the anchor is fetched: the states after it are replayed, each checked against
+        // its committed hash. An anchor the provider cannot serve fails the check, so a
+        // provider that did not keep the states its announce promised is not paid.
+        let Some(anchor) = st.anchor() else {
+            return Ok(false);
+        };
+        if let Err(e) = ctx.handle.fetch_hash(to_iroh(anchor), peers.clone()).await {
             crate::events::emit(
                 NodeEvent::SpotCheck {
                     job_id: s.job_id.to_string(),
@@ -287,22 +290,17 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
                     checked_step: Some(st.step),
                     checked: None,
                     pass: false,
-                    detail: format!("state not served: {e:#}"),
+                    detail: format!("anchor state of step {} not served: {e:#}", st.anchor_step),
                 },
                 "spot check",
             );
             return Ok(false);
         }
-        let before = ctx.handle.blobs().read(to_iroh(st.before)).await?;
-        let (job, meta, st2) = (job.clone(), meta.clone(), *st);
+        let bytes = ctx.handle.blobs().read(to_iroh(anchor)).await?;
+        let committed: Vec<StateHash> = st.hashes.iter().map(|h| StateHash(h.0)).collect();
+        let (job, meta) = (job.clone(), meta.clone());
         let r = crate::compute::run("spot-check", move || {
-            spot_check_preimage(
-                &job,
-                &meta,
-                &before,
-                StateHash(st2.before.0),
-                StateHash(st2.after.0),
-            )
+            spot_check_from_anchor(&job, &meta, &bytes, &committed)
         })
         .await??;
         if !r.matched {
