@@ -31,7 +31,8 @@ pub struct TrainerOptions {
     /// Forces a micro-batch (a divisor of the effective batch): exact replays use the
     /// producer's.
     pub micro_batch: Option<usize>,
-    /// Keep a copy of every state of the current interval, to serve them for spot checks.
+    /// Keep a copy of the current interval's states (every step's, or only the anchors
+    /// once [`Trainer::keep_only`] names them), to serve them for spot checks.
     pub keep_states: bool,
 }
 
