@@ -173,6 +173,13 @@ pub enum Output {
         step: Step,
         checkpoint_hash: Hash,
         provider: Address,
+        /// The interval's first step: its anchor, the parent state, is not a state blob but
+        /// the previous checkpoint's state, which every holder of that checkpoint keeps
+        /// anyway (the provider stores no copy of it).
+        parent_step: Step,
+        /// The previous accepted (or verified) checkpoint, the parent state's source; the
+        /// job's spec hash before any acceptance (then the parent is the spec's initial state).
+        parent_checkpoint: Hash,
         steps: Vec<SpotStep>,
     },
     /// Something worth logging or measuring; needs no action.

@@ -401,6 +401,8 @@ impl Verifier {
                 step: ann.step,
                 checkpoint_hash: hash,
                 provider: ann.provider,
+                parent_step: ann.parent_step,
+                parent_checkpoint: head_hash,
                 steps,
             });
         }

@@ -468,6 +468,8 @@ impl RoleRuntime {
                 step,
                 checkpoint_hash,
                 provider,
+                parent_step,
+                parent_checkpoint,
                 steps,
             } => {
                 tokio::spawn(verify::spot(
@@ -479,6 +481,8 @@ impl RoleRuntime {
                         step,
                         checkpoint_hash,
                         provider,
+                        parent_step,
+                        parent_checkpoint,
                         steps,
                     },
                 ));

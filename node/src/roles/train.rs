@@ -330,7 +330,10 @@ fn train_loop(
 }
 
 /// Keeps only the anchors of the interval the trainer is at the start of: the protocol's rule
-/// over `start ..= the next checkpoint step`, the very steps the announce will name.
+/// over `start ..= the next checkpoint step`, the very steps the announce will name. The
+/// first anchor, the interval's start, is not kept: it is the previous checkpoint's state
+/// (or the spec's initial state), which verifiers replay from without a state blob. So the
+/// store holds the checkpoint and at most two more states an interval.
 fn keep_anchors(trainer: &mut Trainer, spec: &JobSpec) {
     let start = trainer.step_count();
     // Past the job's last step there is no interval, and nothing will be kept.
@@ -338,7 +341,7 @@ fn keep_anchors(trainer: &mut Trainer, spec: &JobSpec) {
         .next_checkpoint_step(start)
         .map(|end| anchor_steps(start, end))
         .unwrap_or_default();
-    trainer.keep_only(&anchors);
+    trainer.keep_only(anchors.get(1..).unwrap_or_default());
 }
 
 /// `--fault crash-mid-checkpoint`: starts storing the checkpoint, then aborts the process a

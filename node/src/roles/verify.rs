@@ -214,6 +214,36 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
     Ok(report)
 }
 
+/// The parent state's preimage: from the previous checkpoint, or the spec's initial state
+/// when the interval starts the job (`parent` is then the spec hash, the escrow's convention).
+async fn parent_preimage(
+    ctx: &Ctx,
+    spec: &gpuchain_protocol::JobSpec,
+    job: &std::sync::Arc<gpuchain_trainer::Job>,
+    parent: Hash,
+) -> Result<Vec<u8>> {
+    let bytes = if parent == spec.spec_hash() {
+        None
+    } else {
+        Some(fetch_bytes(&ctx.handle, parent).await?)
+    };
+    let job = job.clone();
+    crate::compute::run("spot-check", move || -> Result<Vec<u8>> {
+        let state = match bytes {
+            Some(b) => Checkpoint::from_bytes(&b, &job.device)?.state,
+            None => {
+                let opts = gpuchain_trainer::TrainerOptions {
+                    keep_states: false,
+                    ..Default::default()
+                };
+                gpuchain_trainer::Trainer::new(job, 0, opts)?.snapshot()?
+            }
+        };
+        Ok(state.preimage()?)
+    })
+    .await?
+}
+
 pub struct SpotJob {
     pub job_id: JobId,
     pub spec_hash: Hash,
@@ -221,6 +251,8 @@ pub struct SpotJob {
     pub step: Step,
     pub checkpoint_hash: Hash,
     pub provider: Address,
+    pub parent_step: Step,
+    pub parent_checkpoint: Hash,
     pub steps: Vec<SpotStep>,
 }
 
@@ -250,7 +282,7 @@ pub async fn spot(ctx: Ctx, s: SpotJob) {
 }
 
 async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
-    let (_, job, candidate) =
+    let (spec, job, candidate) =
         job_and_candidate(ctx, s.job_id, s.spec_hash, s.checkpoint_hash).await?;
     let dev = job.device.clone();
     let meta = crate::compute::run("spot-check", move || {
@@ -282,6 +314,32 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
         let Some(anchor) = st.anchor() else {
             return Ok(false);
         };
+        if st.anchor_step == s.parent_step {
+            // The parent state needs no blob: the previous checkpoint holds it. A parent the
+            // provider did not build on fails the replay's first hash comparison.
+            let bytes = parent_preimage(ctx, &spec, &job, s.parent_checkpoint).await?;
+            let committed: Vec<StateHash> = st.hashes.iter().map(|h| StateHash(h.0)).collect();
+            let (job, meta) = (job.clone(), meta.clone());
+            let r = crate::compute::run("spot-check", move || {
+                spot_check_from_anchor(&job, &meta, &bytes, &committed)
+            })
+            .await??;
+            if !r.matched {
+                crate::events::emit(
+                    NodeEvent::SpotCheck {
+                        job_id: s.job_id.to_string(),
+                        step: s.step,
+                        checked_step: Some(st.step),
+                        checked: None,
+                        pass: false,
+                        detail: r.detail.to_string(),
+                    },
+                    "spot check",
+                );
+                return Ok(false);
+            }
+            continue;
+        }
         if let Err(e) = ctx.handle.fetch_hash(to_iroh(anchor), peers.clone()).await {
             crate::events::emit(
                 NodeEvent::SpotCheck {

@@ -438,6 +438,13 @@ impl Trainer {
         Ok(Checkpoint { meta, state })
     }
 
+    /// `state` as the checkpoint bytes this trainer would serve for it (same job, epoch,
+    /// parent and micro-batch): how a caller serves a state it keeps itself, such as the
+    /// parent state a provider does not keep as an anchor.
+    pub fn checkpoint_of_state(&self, state: TrainState) -> Result<Vec<u8>> {
+        self.checkpoint_of(state)?.to_bytes()
+    }
+
     /// The current state as a checkpoint (parent = the interval's parent).
     pub fn checkpoint(&self) -> Result<Checkpoint> {
         self.checkpoint_of(self.snapshot()?)
