@@ -76,12 +76,31 @@ pub struct QualityReport {
     pub loss: f64,
 }
 
-/// One step of a spot check: replay `step` from the state `before`, expect the state `after`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One sampled transition of a spot check, `step - 1 → step`, with all the runner needs: fetch
+/// the anchor state by `hashes[0]` (the blob the provider keeps), replay `step - anchor_step`
+/// steps from it, and check the state after each replayed step `anchor_step + k` against
+/// `hashes[k]`, so a cheat in any replayed step fails the check, not only in the sampled one.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpotStep {
+    /// The sampled transition ends here.
     pub step: Step,
-    pub before: Hash,
-    pub after: Hash,
+    /// The nearest anchor ([`crate::anchors`]) at or before `step - 1`.
+    pub anchor_step: Step,
+    /// The committed state hashes of `anchor_step ..= step`: the anchor's, then one per
+    /// replayed step.
+    pub hashes: Vec<Hash>,
+}
+
+impl SpotStep {
+    /// The anchor state's hash: the one blob this sample fetches.
+    pub fn anchor(&self) -> Option<Hash> {
+        self.hashes.first().copied()
+    }
+
+    /// Steps the runner replays for this sample.
+    pub fn replayed(&self) -> u64 {
+        self.step.saturating_sub(self.anchor_step)
+    }
 }
 
 // Outputs are drained as soon as they are produced, so the size of the largest variant (an
@@ -157,6 +176,13 @@ pub enum Output {
         step: Step,
         checkpoint_hash: Hash,
         provider: Address,
+        /// The interval's first step: its anchor, the parent state, is not a state blob but
+        /// the previous checkpoint's state, which every holder of that checkpoint keeps
+        /// anyway (the provider stores no copy of it).
+        parent_step: Step,
+        /// The previous accepted (or verified) checkpoint, the parent state's source; the
+        /// job's spec hash before any acceptance (then the parent is the spec's initial state).
+        parent_checkpoint: Hash,
         steps: Vec<SpotStep>,
     },
     /// Something worth logging or measuring; needs no action.

@@ -5,6 +5,7 @@
 //! this crate reads a clock, a socket, a file or an RNG, so the simulator's virtual time and
 //! the binary's wall-clock time drive the exact same code.
 
+pub mod anchors;
 pub mod chain;
 pub mod chain_record;
 pub mod client;

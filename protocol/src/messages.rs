@@ -4,6 +4,7 @@
 use alloy_primitives::{Address, U256};
 use serde::{Deserialize, Serialize};
 
+use crate::anchors::anchor_steps;
 use crate::eip712::{BidFields, EscrowDomain, VoteFields};
 use crate::signing::{Scheme, Sig65, SignatureError, SigningKey, gossip_digest};
 use crate::spec::JobSpec;
@@ -118,6 +119,10 @@ pub struct CheckpointAnnounce {
     pub state_hashes: Vec<Hash>,
     /// [`state_root`] of `state_hashes`.
     pub state_root: Hash,
+    /// The steps whose states the provider serves as blobs for spot checks: exactly
+    /// [`anchor_steps`]`(parent_step, step)`. Signed, so a provider whose anchors cannot be
+    /// fetched is answerable for having promised them.
+    pub anchor_steps: Vec<Step>,
     pub signature: Sig65,
 }
 
@@ -266,8 +271,8 @@ impl Vote {
 }
 
 impl CheckpointAnnounce {
-    /// Whether the committed list has one hash per step of `parent_step..=step` and the
-    /// root matches it.
+    /// Whether the committed list has one hash per step of `parent_step..=step`, the root
+    /// matches it, and the anchors are the rule's ([`anchor_steps`]).
     pub fn commitment_is_consistent(&self) -> bool {
         // Checked: both steps are attacker-chosen, and step - parent + 1 can overflow.
         let expected = self
@@ -277,6 +282,7 @@ impl CheckpointAnnounce {
         self.step > self.parent_step
             && expected.is_some()
             && u64::try_from(self.state_hashes.len()).ok() == expected
+            && self.anchor_steps == anchor_steps(self.parent_step, self.step)
             && state_root(&self.state_hashes) == self.state_root
     }
 }
@@ -346,9 +352,16 @@ mod tests {
             checkpoint_hash: Hash::repeat_byte(9),
             state_root: state_root(&hashes),
             state_hashes: hashes,
+            anchor_steps: anchor_steps(0, 50),
             signature: Sig65::ZERO,
         };
         assert!(a.commitment_is_consistent());
+        // Anchors off the rule: fewer (a state the provider would not keep), more, or moved.
+        for anchors in [vec![0, 16], vec![0, 16, 33, 40], vec![0, 17, 33], vec![]] {
+            let mut off = a.clone();
+            off.anchor_steps = anchors;
+            assert!(!off.commitment_is_consistent(), "{:?}", off.anchor_steps);
+        }
         a.state_hashes.pop();
         assert!(!a.commitment_is_consistent());
     }

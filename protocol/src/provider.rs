@@ -976,6 +976,7 @@ impl Provider {
             checkpoint_hash,
             state_root: state_root(&state_hashes),
             state_hashes,
+            anchor_steps: crate::anchors::anchor_steps(t.last_announced, step),
             signature: Sig65::ZERO,
         }
         .sign(&self.key);

@@ -203,6 +203,18 @@ impl JobSpec {
             && (step.is_multiple_of(self.checkpoint_interval) || step == self.total_steps)
     }
 
+    /// The first checkpoint step after `step`, where an interval starting at `step` ends;
+    /// None when the job's steps are done (or the interval is 0, which `check` refuses).
+    pub fn next_checkpoint_step(&self, step: u64) -> Option<u64> {
+        if step >= self.total_steps || self.checkpoint_interval == 0 {
+            return None;
+        }
+        let next = (step / self.checkpoint_interval)
+            .checked_add(1)?
+            .checked_mul(self.checkpoint_interval)?;
+        Some(next.min(self.total_steps))
+    }
+
     /// The fashion-cnn job of the product page's 4 Nov run; tests and the demo share it.
     pub fn fashion_cnn_demo(model_blob: Hash, dataset_blob: Hash, eval_blob: Hash) -> Self {
         JobSpec {
@@ -317,5 +329,16 @@ mod tests {
         );
         s.total_steps = 420;
         assert!(s.is_checkpoint_step(420));
+        // Where an interval starting anywhere ends: the next checkpoint step.
+        assert_eq!(s.next_checkpoint_step(0), Some(50));
+        assert_eq!(s.next_checkpoint_step(50), Some(100));
+        assert_eq!(s.next_checkpoint_step(158), Some(200));
+        assert_eq!(s.next_checkpoint_step(400), Some(420));
+        assert_eq!(s.next_checkpoint_step(420), None);
+        for step in 0..420 {
+            let next = s.next_checkpoint_step(step).unwrap();
+            assert!(s.is_checkpoint_step(next));
+            assert!((step + 1..next).all(|k| !s.is_checkpoint_step(k)));
+        }
     }
 }

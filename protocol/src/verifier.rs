@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use alloy_primitives::Address;
 
+use crate::anchors::anchor_before;
 use crate::chain::{ChainEvent, ChainTx, TxId};
 use crate::eip712::EscrowDomain;
 use crate::io::{Input, Notice, Output, Passed, SpotStep, StateMachine};
@@ -187,6 +188,25 @@ pub fn spot_check_steps(seed: u64, ann: &CheckpointAnnounce, count: u32) -> Vec<
         picked.insert(ann.parent_step + 1 + splitmix64(&mut state) % span);
     }
     picked.into_iter().collect()
+}
+
+/// The runner's work for each sampled step: replay from the nearest anchor at or before
+/// `step - 1`, checking every committed hash on the way. Validation made the anchors the
+/// rule's and the hashes one per step, so nothing here is missing for a checked announce.
+pub fn spot_steps(ann: &CheckpointAnnounce, sampled: Vec<Step>) -> Vec<SpotStep> {
+    sampled
+        .into_iter()
+        .filter_map(|s| {
+            let anchor_step = anchor_before(&ann.anchor_steps, s)?;
+            let from = usize::try_from(anchor_step.checked_sub(ann.parent_step)?).ok()?;
+            let to = usize::try_from(s.checked_sub(ann.parent_step)?).ok()?;
+            Some(SpotStep {
+                step: s,
+                anchor_step,
+                hashes: ann.state_hashes.get(from..=to)?.to_vec(),
+            })
+        })
+        .collect()
 }
 
 impl Verifier {
@@ -361,17 +381,7 @@ impl Verifier {
             check.fetch.cancel();
             // Read in place: a copy would be the interval's state hashes again.
             let ann = &check.ann;
-            let steps = spot_check_steps(self.config.seed, ann, count)
-                .into_iter()
-                .filter_map(|s| {
-                    let i = usize::try_from(s - ann.parent_step).ok()?;
-                    Some(SpotStep {
-                        step: s,
-                        before: *ann.state_hashes.get(i - 1)?,
-                        after: *ann.state_hashes.get(i)?,
-                    })
-                })
-                .collect();
+            let steps = spot_steps(ann, spot_check_steps(self.config.seed, ann, count));
             // An announce without state hashes commits to nothing a checkpoint can match.
             let committed_state = ann.state_hashes.last().copied().unwrap_or(Hash::ZERO);
             self.outputs.push_back(Output::RunQualityTest {
@@ -391,6 +401,8 @@ impl Verifier {
                 step: ann.step,
                 checkpoint_hash: hash,
                 provider: ann.provider,
+                parent_step: ann.parent_step,
+                parent_checkpoint: head_hash,
                 steps,
             });
         }

@@ -139,15 +139,23 @@ fn passing_checkpoint_is_fetched_tested_and_voted_accept() {
     });
     let steps = steps.expect("a spot check");
     assert_eq!(steps.len(), 2, "the spec asks for two steps");
+    // Each sample names the nearest anchor of the rule at or before its transition and the
+    // committed hashes from there through the sampled step: the runner replays and checks them
+    // all, and fetches nothing but the anchor.
+    let anchors = gpuchain_protocol::anchors::anchor_steps(0, 50);
+    assert_eq!(anchors, vec![0, 16, 33]);
     for s in &steps {
+        let anchor_step = *anchors.iter().rev().find(|a| **a < s.step).unwrap();
         assert_eq!(
             *s,
             SpotStep {
                 step: s.step,
-                before: state_hash(0xa, s.step - 1),
-                after: state_hash(0xa, s.step)
+                anchor_step,
+                hashes: (anchor_step..=s.step).map(|i| state_hash(0xa, i)).collect(),
             }
         );
+        assert_eq!(s.anchor(), Some(state_hash(0xa, anchor_step)));
+        assert!(s.replayed() >= 1 && s.replayed() <= 17, "{s:?}");
     }
     v.handle_input(t(3), quality(50, 0xa, true));
     assert!(votes(&drain(&mut v)).is_empty(), "waits for the spot check");

@@ -256,6 +256,7 @@ fn message() -> impl Strategy<Value = Message> {
                         checkpoint_hash,
                         state_root: state_root(&state_hashes),
                         state_hashes,
+                        anchor_steps: gpuchain_protocol::anchors::anchor_steps(parent_step, step),
                         signature,
                     })
                 }
@@ -439,6 +440,7 @@ fn validator_checks_signatures_and_commitments() {
         step: 50,
         checkpoint_hash: Hash::repeat_byte(1),
         state_root: state_root(&hashes),
+        anchor_steps: gpuchain_protocol::anchors::anchor_steps(0, 50),
         state_hashes: hashes,
         signature: Sig65::ZERO,
     }
@@ -456,6 +458,18 @@ fn validator_checks_signatures_and_commitments() {
         validate_message(&bytes, &domain()),
         Verdict::Reject(RejectReason::BadSignature)
     );
+
+    // A provider naming fewer anchors than the rule (so keeping fewer states), or others,
+    // is refused before any verifier sees it, even with a good signature.
+    for anchors in [vec![0], vec![0, 25], vec![0, 16, 33, 49]] {
+        let mut off = ann.clone();
+        off.anchor_steps = anchors;
+        let bytes = Message::CheckpointAnnounce(off.sign(&key)).encode();
+        assert_eq!(
+            validate_message(&bytes, &domain()),
+            Verdict::Reject(RejectReason::InvalidCommitment)
+        );
+    }
 
     let mut short = ann;
     short.state_hashes.pop();
@@ -510,6 +524,7 @@ fn announce_with_extreme_steps_is_refused_not_a_panic() {
         step: u64::MAX,
         checkpoint_hash: Hash::ZERO,
         state_root: state_root(&hashes),
+        anchor_steps: gpuchain_protocol::anchors::anchor_steps(0, u64::MAX),
         state_hashes: hashes,
         signature: Sig65::ZERO,
     }

@@ -55,8 +55,9 @@ impl CheatKind {
 impl CheatKind {
     /// Whether every honest verifier refuses a checkpoint of this kind under `job`'s checks:
     /// the junk kinds always, wrong data order whenever steps are replayed (every one of its
-    /// steps fails a replay). A lazy checkpoint is not: it slips the sampled replays with
-    /// probability `(1 − lazy_skip)^spot_check_steps`, a missed cheat, not a broken protocol.
+    /// steps fails a replay). A lazy checkpoint is not: it slips the replays with probability
+    /// `(1 − lazy_skip)^replayed`, `replayed` being every step from each sample's anchor
+    /// through the sample (`protocol::anchors`), a missed cheat, not a broken protocol.
     pub fn always_refused(self, job: &crate::config::JobConfig) -> bool {
         self.is_junk() || (self == CheatKind::WrongDataOrder && job.spot_check_steps > 0)
     }

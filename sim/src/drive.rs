@@ -805,14 +805,21 @@ impl World {
             } => {
                 let job = job_u64(job_id).unwrap_or(0);
                 let model = StateHashes::new(job);
+                // As the real runner: every hash from the anchor through the sampled step must
+                // be the honest one, since it replays them all.
                 let pass = steps.iter().all(|s| {
-                    s.before == model.honest(s.step - 1) && s.after == model.honest(s.step)
+                    !s.hashes.is_empty()
+                        && (s.anchor_step..=s.step)
+                            .zip(&s.hashes)
+                            .all(|(i, h)| *h == model.honest(i))
                 });
                 let Some(d) = self.driver.as_mut() else {
                     return;
                 };
                 let hash = d.id_of(checkpoint_hash);
-                let delay = ms(self.cfg.job.spot_step_s * steps.len() as f64);
+                // It replays from the anchor, not one step: what it costs is what it replays.
+                let replayed: u64 = steps.iter().map(|s| s.replayed()).sum();
+                let delay = ms(self.cfg.job.spot_step_s * replayed as f64);
                 self.timer(
                     node,
                     delay,

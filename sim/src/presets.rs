@@ -77,7 +77,7 @@ pub fn nov4() -> SimConfig {
             named("B", 3_000, "rtx3060", None),
         ],
         script: vec![ScriptedFault {
-            at_s: 20.0,
+            at_s: 22.5,
             provider: "A".into(),
             action: ScriptAction::Kill,
         }],

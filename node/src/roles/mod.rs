@@ -485,6 +485,8 @@ impl RoleRuntime {
                 step,
                 checkpoint_hash,
                 provider,
+                parent_step,
+                parent_checkpoint,
                 steps,
             } => {
                 tokio::spawn(verify::spot(
@@ -496,6 +498,8 @@ impl RoleRuntime {
                         step,
                         checkpoint_hash,
                         provider,
+                        parent_step,
+                        parent_checkpoint,
                         steps,
                     },
                 ));

@@ -1,13 +1,17 @@
 //! The provider's trainer: one blocking thread per assigned epoch, started and stopped by
-//! the provider machine. Each checkpoint goes into the blob store with the interval's
-//! per-step states (blobs named by their state hash, so verifiers fetch exactly what the
-//! announce committed to), then back to the machine as `CheckpointReady`.
+//! the provider machine. Each checkpoint goes into the blob store with the interval's anchor
+//! states (`gpuchain_protocol::anchors`: at most three, blobs named by their state hash, so
+//! verifiers fetch exactly what the announce committed to), then back to the machine as
+//! `CheckpointReady` with every step's hash. Keeping anchors rather than every step bounds
+//! the store to three states per interval whatever the model; a verifier replays from the
+//! nearest anchor instead of from the step before its sample.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{Result, anyhow, bail};
+use gpuchain_protocol::anchors::anchor_steps;
 use gpuchain_protocol::{Epoch, Hash, Input, JobId, JobSpec, Step};
 use gpuchain_trainer::{Job, Trainer, TrainerOptions, cheat};
 
@@ -171,6 +175,7 @@ fn train_loop(
         None => Trainer::new(job.clone(), s.epoch, opts)?,
         Some(bytes) => Trainer::resume(job.clone(), bytes, s.epoch, opts)?,
     };
+    keep_anchors(&mut trainer, spec);
     let plan = trainer.plan();
     crate::events::emit(
         NodeEvent::TrainingPlan {
@@ -303,6 +308,7 @@ fn train_loop(
             state_hashes,
         }));
         trainer.start_interval(Some(checkpoint_hash.0))?;
+        keep_anchors(&mut trainer, spec);
         if s.fault == Some(Fault::Hang) && hang_at.is_none() {
             hang_at = Some(step + crate::cli::HANG_AFTER_CHECKPOINT);
         }
@@ -326,6 +332,21 @@ fn train_loop(
         "training reached the job's last step",
     );
     Ok(())
+}
+
+/// Keeps only the anchors of the interval the trainer is at the start of: the protocol's rule
+/// over `start ..= the next checkpoint step`, the very steps the announce will name. The
+/// first anchor, the interval's start, is not kept: it is the previous checkpoint's state
+/// (or the spec's initial state), which verifiers replay from without a state blob. So the
+/// store holds the checkpoint and at most two more states an interval.
+fn keep_anchors(trainer: &mut Trainer, spec: &JobSpec) {
+    let start = trainer.step_count();
+    // Past the job's last step there is no interval, and nothing will be kept.
+    let anchors = spec
+        .next_checkpoint_step(start)
+        .map(|end| anchor_steps(start, end))
+        .unwrap_or_default();
+    trainer.keep_only(anchors.get(1..).unwrap_or_default());
 }
 
 /// `--fault crash-mid-checkpoint`: starts storing the checkpoint, then aborts the process a

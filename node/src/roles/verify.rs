@@ -1,13 +1,14 @@
 //! The verifier's runners and the blob fetches every role asks for. A checkpoint must be the
 //! state its announce committed to (its state hash is the announce's last one), pass the
 //! quality test against the previous accepted checkpoint, and survive the re-execution of
-//! the seeded spot-check steps from states fetched by their committed hashes.
+//! the seeded spot-check steps, each replayed from the nearest anchor state (fetched by its
+//! committed hash) with every replayed state checked against its committed hash.
 
 use anyhow::{Result, anyhow};
 use gpuchain_protocol::io::{QualityReport, SpotStep};
 use gpuchain_protocol::{Address, Epoch, Hash, Input, JobId, Step};
 use gpuchain_trainer::verify::quality::Reason;
-use gpuchain_trainer::{Checkpoint, StateHash, quality_test, spot_check_preimage};
+use gpuchain_trainer::{Checkpoint, StateHash, quality_test, spot_check_from_anchor};
 
 use super::ctx::Ctx;
 use super::jobs::{fetch_bytes, to_iroh};
@@ -213,6 +214,36 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
     Ok(report)
 }
 
+/// The parent state's preimage: from the previous checkpoint, or the spec's initial state
+/// when the interval starts the job (`parent` is then the spec hash, the escrow's convention).
+async fn parent_preimage(
+    ctx: &Ctx,
+    spec: &gpuchain_protocol::JobSpec,
+    job: &std::sync::Arc<gpuchain_trainer::Job>,
+    parent: Hash,
+) -> Result<Vec<u8>> {
+    let bytes = if parent == spec.spec_hash() {
+        None
+    } else {
+        Some(fetch_bytes(&ctx.handle, parent).await?)
+    };
+    let job = job.clone();
+    crate::compute::run("spot-check", move || -> Result<Vec<u8>> {
+        let state = match bytes {
+            Some(b) => Checkpoint::from_bytes(&b, &job.device)?.state,
+            None => {
+                let opts = gpuchain_trainer::TrainerOptions {
+                    keep_states: false,
+                    ..Default::default()
+                };
+                gpuchain_trainer::Trainer::new(job, 0, opts)?.snapshot()?
+            }
+        };
+        Ok(state.preimage()?)
+    })
+    .await?
+}
+
 pub struct SpotJob {
     pub job_id: JobId,
     pub spec_hash: Hash,
@@ -220,6 +251,8 @@ pub struct SpotJob {
     pub step: Step,
     pub checkpoint_hash: Hash,
     pub provider: Address,
+    pub parent_step: Step,
+    pub parent_checkpoint: Hash,
     pub steps: Vec<SpotStep>,
 }
 
@@ -249,7 +282,7 @@ pub async fn spot(ctx: Ctx, s: SpotJob) {
 }
 
 async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
-    let (_, job, candidate) =
+    let (spec, job, candidate) =
         job_and_candidate(ctx, s.job_id, s.spec_hash, s.checkpoint_hash).await?;
     let dev = job.device.clone();
     let meta = crate::compute::run("spot-check", move || {
@@ -275,11 +308,39 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
     };
     let peers = ctx.handle.peers_of(s.provider).await.unwrap_or_default();
     for st in &s.steps {
-        if let Err(e) = ctx
-            .handle
-            .fetch_hash(to_iroh(st.before), peers.clone())
-            .await
-        {
+        // Only the anchor is fetched: the states after it are replayed, each checked against
+        // its committed hash. An anchor the provider cannot serve fails the check, so a
+        // provider that did not keep the states its announce promised is not paid.
+        let Some(anchor) = st.anchor() else {
+            return Ok(false);
+        };
+        if st.anchor_step == s.parent_step {
+            // The parent state needs no blob: the previous checkpoint holds it. A parent the
+            // provider did not build on fails the replay's first hash comparison.
+            let bytes = parent_preimage(ctx, &spec, &job, s.parent_checkpoint).await?;
+            let committed: Vec<StateHash> = st.hashes.iter().map(|h| StateHash(h.0)).collect();
+            let (job, meta) = (job.clone(), meta.clone());
+            let r = crate::compute::run("spot-check", move || {
+                spot_check_from_anchor(&job, &meta, &bytes, &committed)
+            })
+            .await??;
+            if !r.matched {
+                crate::events::emit(
+                    NodeEvent::SpotCheck {
+                        job_id: s.job_id.to_string(),
+                        step: s.step,
+                        checked_step: Some(st.step),
+                        checked: None,
+                        pass: false,
+                        detail: r.detail.to_string(),
+                    },
+                    "spot check",
+                );
+                return Ok(false);
+            }
+            continue;
+        }
+        if let Err(e) = ctx.handle.fetch_hash(to_iroh(anchor), peers.clone()).await {
             crate::events::emit(
                 NodeEvent::SpotCheck {
                     job_id: s.job_id.to_string(),
@@ -287,22 +348,17 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
                     checked_step: Some(st.step),
                     checked: None,
                     pass: false,
-                    detail: format!("state not served: {e:#}"),
+                    detail: format!("anchor state of step {} not served: {e:#}", st.anchor_step),
                 },
                 "spot check",
             );
             return Ok(false);
         }
-        let before = ctx.handle.blobs().read(to_iroh(st.before)).await?;
-        let (job, meta, st2) = (job.clone(), meta.clone(), *st);
+        let bytes = ctx.handle.blobs().read(to_iroh(anchor)).await?;
+        let committed: Vec<StateHash> = st.hashes.iter().map(|h| StateHash(h.0)).collect();
+        let (job, meta) = (job.clone(), meta.clone());
         let r = crate::compute::run("spot-check", move || {
-            spot_check_preimage(
-                &job,
-                &meta,
-                &before,
-                StateHash(st2.before.0),
-                StateHash(st2.after.0),
-            )
+            spot_check_from_anchor(&job, &meta, &bytes, &committed)
         })
         .await??;
         if !r.matched {

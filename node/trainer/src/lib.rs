@@ -43,5 +43,6 @@ pub use trainer::{
 pub use verify::quality::{EvalReport, Reason, Verdict, quality_test, quality_test_cached};
 pub use verify::spot::{
     SpotMode, SpotReport, SpotResult, checkpoint_from_preimage, choose_steps, spot_check,
-    spot_check_interval, spot_check_preimage, spot_check_tolerant,
+    spot_check_anchored, spot_check_from_anchor, spot_check_interval, spot_check_preimage,
+    spot_check_tolerant,
 };

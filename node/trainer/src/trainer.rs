@@ -31,7 +31,8 @@ pub struct TrainerOptions {
     /// Forces a micro-batch (a divisor of the effective batch): exact replays use the
     /// producer's.
     pub micro_batch: Option<usize>,
-    /// Keep a copy of every state of the current interval, to serve them for spot checks.
+    /// Keep a copy of the current interval's states (every step's, or only the anchors
+    /// once [`Trainer::keep_only`] names them), to serve them for spot checks.
     pub keep_states: bool,
 }
 
@@ -162,7 +163,11 @@ pub struct Trainer {
     keep_states: bool,
     interval_start: u64,
     hashes: Vec<StateHash>,
-    states: Vec<TrainState>,
+    /// The kept states of the interval by step: all of them, or only the anchors once
+    /// [`Trainer::keep_only`] named them.
+    states: BTreeMap<u64, TrainState>,
+    /// The steps of this interval whose states are kept; None keeps every step's.
+    anchors: Option<Vec<u64>>,
 }
 
 impl Trainer {
@@ -256,7 +261,8 @@ impl Trainer {
             keep_states: opts.keep_states,
             interval_start: step,
             hashes: Vec::new(),
-            states: Vec::new(),
+            states: BTreeMap::new(),
+            anchors: None,
         };
         t.record()?;
         Ok(t)
@@ -305,8 +311,12 @@ impl Trainer {
         let s = self.snapshot()?;
         let h = s.hash()?;
         self.hashes.push(h);
-        if self.keep_states {
-            self.states.push(s);
+        let wanted = self
+            .anchors
+            .as_ref()
+            .is_none_or(|a| a.binary_search(&s.step).is_ok());
+        if self.keep_states && wanted {
+            self.states.insert(s.step, s);
         }
         Ok(h)
     }
@@ -321,18 +331,44 @@ impl Trainer {
     }
 
     /// Starts a new interval at the current state, e.g. after announcing a checkpoint whose
-    /// hash is `parent`.
+    /// hash is `parent`. It keeps every step's state (with `keep_states`) until
+    /// [`Trainer::keep_only`] names the interval's anchors.
     pub fn start_interval(&mut self, parent: Option<[u8; 32]>) -> Result<()> {
         self.parent = parent;
         self.interval_start = self.step;
         self.hashes.clear();
         self.states.clear();
+        self.anchors = None;
         self.record()?;
         Ok(())
     }
 
-    /// The recorded state at `step` as checkpoint bytes, for a verifier's spot check.
+    /// Keeps only the states at `anchors` for the rest of this interval (and lets go of the
+    /// others already kept): the anchors the protocol's rule names for the interval
+    /// (`gpuchain_protocol::anchors::anchor_steps`), so a provider's memory and blob store
+    /// hold a bounded number of states, not one per step. The trainer does not decide them:
+    /// its caller knows where the interval ends.
+    pub fn keep_only(&mut self, anchors: &[u64]) {
+        let mut a = anchors.to_vec();
+        a.sort_unstable();
+        a.dedup();
+        self.states.retain(|step, _| a.binary_search(step).is_ok());
+        self.anchors = Some(a);
+    }
+
+    /// The steps whose states are kept now, ascending.
+    pub fn kept_steps(&self) -> Vec<u64> {
+        self.states.keys().copied().collect()
+    }
+
+    /// The recorded state at `step` as checkpoint bytes, for a verifier's spot check. The
+    /// current state is served too: it is the checkpoint the interval ends in, which the
+    /// provider stores anyway (a tolerance-mode replay ends a segment there).
     pub fn serve_state(&self, step: u64) -> Result<Vec<u8>> {
+        if step == self.step && !self.states.contains_key(&step) {
+            self.require_states()?;
+            return self.checkpoint()?.to_bytes();
+        }
         let state = self.recorded(step)?.clone();
         self.checkpoint_of(state)?.to_bytes()
     }
@@ -343,12 +379,13 @@ impl Trainer {
         self.recorded(step)?.preimage()
     }
 
-    /// Every recorded state of the current interval as (state hash, preimage), index 0 being
-    /// the interval's start: what a provider publishes as blobs alongside its announce.
+    /// Every kept state of the current interval as (state hash, preimage), in step order from
+    /// the interval's start (only the anchors after [`Trainer::keep_only`]): what a provider
+    /// publishes as blobs alongside its announce.
     pub fn interval_preimages(&self) -> Result<Vec<(StateHash, Vec<u8>)>> {
         self.require_states()?;
         self.states
-            .iter()
+            .values()
             .map(|s| {
                 let bytes = s.preimage()?;
                 Ok((StateHash::of_preimage(&bytes), bytes))
@@ -368,17 +405,19 @@ impl Trainer {
 
     fn recorded(&self, step: u64) -> Result<&TrainState> {
         self.require_states()?;
-        let k = step
-            .checked_sub(self.interval_start)
-            .filter(|k| (*k as usize) < self.states.len())
-            .ok_or_else(|| {
+        self.states.get(&step).ok_or_else(|| {
+            if step < self.interval_start || step > self.step {
                 TrainerError::ckpt(format!(
                     "step {step} is outside the recorded interval {}..={}",
-                    self.interval_start,
-                    self.interval_start + self.states.len() as u64 - 1
+                    self.interval_start, self.step
                 ))
-            })?;
-        Ok(&self.states[k as usize])
+            } else {
+                TrainerError::ckpt(format!(
+                    "step {step}'s state was not kept (kept: {:?})",
+                    self.kept_steps()
+                ))
+            }
+        })
     }
 
     fn checkpoint_of(&self, state: TrainState) -> Result<Checkpoint> {
@@ -397,6 +436,13 @@ impl Trainer {
             state_hash: state.hash()?,
         };
         Ok(Checkpoint { meta, state })
+    }
+
+    /// `state` as the checkpoint bytes this trainer would serve for it (same job, epoch,
+    /// parent and micro-batch): how a caller serves a state it keeps itself, such as the
+    /// parent state a provider does not keep as an anchor.
+    pub fn checkpoint_of_state(&self, state: TrainState) -> Result<Vec<u8>> {
+        self.checkpoint_of(state)?.to_bytes()
     }
 
     /// The current state as a checkpoint (parent = the interval's parent).

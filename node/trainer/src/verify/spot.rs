@@ -1,8 +1,22 @@
-//! Re-execution spot checks: from a committed state, replay one step and compare the result
-//! with the committed next state. Exact mode compares state hashes (same hardware class and
+//! Re-execution spot checks: from a committed state, replay and compare the result with the
+//! committed states after it. Exact mode compares state hashes (same hardware class and
 //! micro-batch: CPU training is bit-for-bit deterministic). Tolerance mode, for mixed
-//! hardware or micro-batches, compares the replayed weights with the served next state,
-//! relative to the size of the step's update.
+//! hardware or micro-batches, compares the replayed weights with a served later state,
+//! relative to the size of the update in between.
+//!
+//! A provider keeps only an interval's anchor states (the protocol's `anchors` rule: at most
+//! three), not every step's. So a sampled transition `s - 1 → s` is replayed from the nearest
+//! anchor at or before `s - 1`:
+//! - exact mode replays anchor → `s` and checks the hash after EVERY replayed step against
+//!   its commitment, so a faked step anywhere on the way is caught, not only at `s`;
+//! - tolerance mode cannot check intermediate hashes (an honest replay on other hardware
+//!   never matches them bit for bit), and the only served states to compare with are the
+//!   anchors and the checkpoint. It replays the whole segment holding `s`, anchor to the next
+//!   anchor (or the interval's end), and compares there, relative to the whole segment's
+//!   update. Rounding drift grows with the segment but stays ~1e-5 of its update, while one
+//!   skipped or faked step is about 1/len of it (updates of nearby steps mostly agree) or
+//!   more: with segments of at most ⌈interval / 3⌉ steps a 1e-2 tolerance still separates
+//!   the two for intervals up to ~150 steps.
 
 use std::sync::Arc;
 
@@ -26,10 +40,11 @@ pub enum SpotMode {
     Tolerance { max_ratio: f64 },
 }
 
-/// The outcome of one replayed step.
+/// The outcome of one sampled transition.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SpotResult {
-    /// The step the replay started from.
+    /// The sampled transition's first step (`step → step + 1`); the replay may start at an
+    /// earlier anchor.
     pub step: u64,
     pub matched: bool,
     pub detail: String,
@@ -138,6 +153,44 @@ pub fn spot_check_preimage(
     Ok(replay_exact(job, &ckpt, committed_after))
 }
 
+/// Exact mode from an anchor's state preimage (the blob the provider keeps, fetched by its
+/// committed hash): `committed[0]` is the anchor's hash, `committed[k]` the committed state
+/// after `k` more steps. Replays `committed.len() - 1` steps and checks every one.
+pub fn spot_check_from_anchor(
+    job: &Arc<Job>,
+    candidate_meta: &CheckpointMeta,
+    anchor: &[u8],
+    committed: &[StateHash],
+) -> Result<SpotResult> {
+    let Some((&first, rest)) = committed.split_first() else {
+        return Ok(refuse(0, "no committed states to check".into()));
+    };
+    if rest.is_empty() {
+        return Ok(refuse(0, "nothing to replay after the anchor".into()));
+    }
+    let found = StateHash::of_preimage(anchor);
+    if found != first {
+        return Ok(refuse(
+            0,
+            format!("anchor preimage hashes to {found}, not the committed {first}"),
+        ));
+    }
+    let ckpt = match checkpoint_from_preimage(job, candidate_meta, anchor) {
+        Ok(c) => c,
+        Err(e) => return Ok(refuse(0, format!("anchor preimage unreadable: {e}"))),
+    };
+    if ckpt.meta.state_hash != first {
+        return Ok(refuse(
+            ckpt.meta.step,
+            format!(
+                "anchor preimage re-encodes to {}, not the committed {first}",
+                ckpt.meta.state_hash
+            ),
+        ));
+    }
+    Ok(replay_exact_through(job, &ckpt, rest))
+}
+
 /// The checkpoint the provider's `serve_state` would have served for the state in `preimage`,
 /// given the meta of the checkpoint its interval ends in (same job, epoch, parent and
 /// micro-batch throughout an interval). It does not check the state against a commitment:
@@ -168,26 +221,55 @@ pub fn checkpoint_from_preimage(
 /// Replays one step of `before` with the producer's micro-batch and compares the result's
 /// hash with `committed_after`; a state the trainer refuses to resume is a refusal too.
 fn replay_exact(job: &Arc<Job>, before: &Checkpoint, committed_after: StateHash) -> SpotResult {
-    let step = before.meta.step;
-    let replayed =
-        match replay(job, before, Some(before.meta.micro_batch), None).and_then(|s| s.hash()) {
+    replay_exact_through(job, before, &[committed_after])
+}
+
+/// Replays `committed.len()` steps of `from` with the producer's micro-batch; the state after
+/// replayed step `k` must hash to `committed[k - 1]`. The first mismatch refuses, naming its
+/// step: any faked step on the way fails, not only the last.
+fn replay_exact_through(job: &Arc<Job>, from: &Checkpoint, committed: &[StateHash]) -> SpotResult {
+    let start = from.meta.step;
+    let last = start + committed.len() as u64;
+    // Reported as the sampled transition, the last one replayed.
+    let sampled = last.saturating_sub(1);
+    let opts = TrainerOptions {
+        memory_budget: None,
+        memory: None,
+        micro_batch: Some(from.meta.micro_batch),
+        keep_states: false,
+    };
+    let mut t = match Trainer::from_checkpoint(job.clone(), from, None, from.meta.epoch, opts) {
+        Ok(t) => t,
+        Err(e) => return refuse(sampled, format!("replay refused the served state: {e}")),
+    };
+    for (k, want) in committed.iter().enumerate() {
+        let at = start + k as u64;
+        let got = match t.step().map(|r| r.state_hash) {
             Ok(h) => h,
-            Err(e) => return refuse(step, format!("replay refused the served state: {e}")),
+            Err(e) => {
+                return refuse(
+                    sampled,
+                    format!("replay of step {at}→{} failed: {e}", at + 1),
+                );
+            }
         };
-    if replayed == committed_after {
-        SpotResult {
-            step,
-            matched: true,
-            detail: format!("step {step}→{} replayed to the committed hash", step + 1),
+        if got != *want {
+            return refuse(
+                sampled,
+                format!(
+                    "step {at}→{}: replay gives {got}, committed {want} (replayed from {start})",
+                    at + 1
+                ),
+            );
         }
-    } else {
-        refuse(
-            step,
-            format!(
-                "step {step}→{}: replay gives {replayed}, committed {committed_after}",
-                step + 1
-            ),
-        )
+    }
+    SpotResult {
+        step: sampled,
+        matched: true,
+        detail: format!(
+            "step {sampled}→{last} replayed from {start} through {} committed hashes",
+            committed.len()
+        ),
     }
 }
 
@@ -226,7 +308,48 @@ pub fn spot_check_tolerant(
             ),
         ));
     }
-    let r = match replay(job, &b, None, memory_budget) {
+    Ok(compare_tolerant(job, &b, &a, 1, max_ratio, memory_budget))
+}
+
+/// Replays `steps` steps of `b` with the verifier's own micro-batch and compares with `a`:
+/// ‖replayed − a‖ / ‖replayed − b‖ within `max_ratio`.
+fn compare_tolerant(
+    job: &Arc<Job>,
+    b: &Checkpoint,
+    a: &Checkpoint,
+    steps: u64,
+    max_ratio: f64,
+    memory_budget: Option<u64>,
+) -> SpotResult {
+    match try_compare_tolerant(job, b, a, steps, max_ratio, memory_budget) {
+        Ok(r) => r,
+        Err(e) => refuse(b.meta.step, format!("tolerance comparison failed: {e}")),
+    }
+}
+
+fn try_compare_tolerant(
+    job: &Arc<Job>,
+    b: &Checkpoint,
+    a: &Checkpoint,
+    steps: u64,
+    max_ratio: f64,
+    memory_budget: Option<u64>,
+) -> Result<SpotResult> {
+    let step = b.meta.step;
+    let replayed = (|| {
+        let opts = TrainerOptions {
+            memory_budget,
+            memory: None,
+            micro_batch: None,
+            keep_states: false,
+        };
+        let mut t = Trainer::from_checkpoint(job.clone(), b, None, b.meta.epoch, opts)?;
+        for _ in 0..steps {
+            t.step()?;
+        }
+        t.snapshot()
+    })();
+    let r = match replayed {
         Ok(r) => r,
         Err(e) => {
             return Ok(refuse(
@@ -254,12 +377,18 @@ pub fn spot_check_tolerant(
         SpotResult {
             step,
             matched: true,
-            detail: format!("step {step}: deviation {ratio:.2e} of the update (≤ {max_ratio:.0e})"),
+            detail: format!(
+                "steps {step}→{}: deviation {ratio:.2e} of the update (≤ {max_ratio:.0e})",
+                step + steps
+            ),
         }
     } else {
         refuse(
             step,
-            format!("step {step}: deviation {ratio:.2e} of the update exceeds {max_ratio:.0e}"),
+            format!(
+                "steps {step}→{}: deviation {ratio:.2e} of the update exceeds {max_ratio:.0e}",
+                step + steps
+            ),
         )
     })
 }
@@ -278,10 +407,8 @@ pub struct SpotReport {
     pub results: Vec<SpotResult>,
 }
 
-/// Checks `k` seeded transitions of an announced interval. `committed[i]` is the state hash at
-/// step `start + i`; `fetch(step)` returns the provider's served state at that step (its
-/// `serve_state`). A fetch failure counts as a refusal: a provider that cannot serve its
-/// committed states cannot be checked.
+/// Checks `k` seeded transitions of an announced interval whose provider served every
+/// step's state (each step an anchor): see [`spot_check_anchored`].
 pub fn spot_check_interval(
     job: &Arc<Job>,
     start: u64,
@@ -289,32 +416,100 @@ pub fn spot_check_interval(
     seed: u64,
     k: usize,
     mode: SpotMode,
+    fetch: impl FnMut(u64) -> Result<Vec<u8>>,
+) -> Result<SpotReport> {
+    let every: Vec<u64> = (start..start + committed.len().saturating_sub(1) as u64).collect();
+    spot_check_anchored(job, start, committed, &every, seed, k, mode, fetch)
+}
+
+/// The last anchor at or before `step`: where a replay through `step → step + 1` starts.
+fn anchor_at_or_before(anchors: &[u64], step: u64) -> Option<u64> {
+    anchors.iter().rev().find(|a| **a <= step).copied()
+}
+
+/// Checks `k` seeded transitions of an announced interval. `committed[i]` is the state hash
+/// at step `start + i`; `anchors` are the steps whose states the provider serves (the
+/// protocol's rule, ascending, the first being `start`); `fetch(step)` returns the provider's
+/// served state at that step (its `serve_state`), and is only ever asked for anchors and, in
+/// tolerance mode, the interval's last step (the checkpoint itself). A fetch failure counts
+/// as a refusal: a provider that cannot serve its committed states cannot be checked.
+#[allow(clippy::too_many_arguments)]
+pub fn spot_check_anchored(
+    job: &Arc<Job>,
+    start: u64,
+    committed: &[StateHash],
+    anchors: &[u64],
+    seed: u64,
+    k: usize,
+    mode: SpotMode,
     mut fetch: impl FnMut(u64) -> Result<Vec<u8>>,
 ) -> Result<SpotReport> {
     let transitions = committed.len().saturating_sub(1);
+    let end = start + transitions as u64;
     let mut results = Vec::new();
     for i in choose_steps(seed, transitions, k) {
         let step = start + i as u64;
-        let before = match fetch(step) {
+        let Some(anchor) = anchor_at_or_before(anchors, step).filter(|a| *a >= start) else {
+            results.push(refuse(step, format!("no anchor at or before step {step}")));
+            continue;
+        };
+        let from = (anchor - start) as usize;
+        let served = match fetch(anchor) {
             Ok(b) => b,
             Err(e) => {
-                results.push(refuse(step, format!("state {step} not served: {e}")));
+                results.push(refuse(step, format!("anchor {anchor} not served: {e}")));
                 continue;
             }
         };
+        let b = match Checkpoint::from_bytes(&served, &job.device) {
+            Ok(b) => b,
+            Err(e) => {
+                results.push(refuse(
+                    step,
+                    format!("served anchor {anchor} unreadable: {e}"),
+                ));
+                continue;
+            }
+        };
+        if b.meta.state_hash != committed[from] || b.meta.step != anchor {
+            results.push(refuse(
+                step,
+                format!(
+                    "served anchor {anchor} is state {} of step {}, not the committed {}",
+                    b.meta.state_hash, b.meta.step, committed[from]
+                ),
+            ));
+            continue;
+        }
         let r = match mode {
-            SpotMode::Exact => spot_check(job, &before, committed[i], committed[i + 1])?,
-            SpotMode::Tolerance { max_ratio } => match fetch(step + 1) {
-                Ok(after) => spot_check_tolerant(
-                    job,
-                    &before,
-                    &after,
-                    (committed[i], committed[i + 1]),
-                    max_ratio,
-                    None,
-                )?,
-                Err(e) => refuse(step, format!("state {} not served: {e}", step + 1)),
-            },
+            SpotMode::Exact => {
+                let mut r = replay_exact_through(job, &b, &committed[from + 1..=i + 1]);
+                r.step = step;
+                r
+            }
+            SpotMode::Tolerance { max_ratio } => {
+                // The whole segment: the next anchor after the sample, or the checkpoint.
+                let to = anchors
+                    .iter()
+                    .copied()
+                    .find(|a| *a > step && *a <= end)
+                    .unwrap_or(end);
+                match fetch(to) {
+                    Ok(after) => match Checkpoint::from_bytes(&after, &job.device) {
+                        Ok(a)
+                            if a.meta.state_hash == committed[(to - start) as usize]
+                                && a.meta.step == to =>
+                        {
+                            let mut r = compare_tolerant(job, &b, &a, to - anchor, max_ratio, None);
+                            r.step = step;
+                            r
+                        }
+                        Ok(_) => refuse(step, format!("served state {to} is not the committed")),
+                        Err(e) => refuse(step, format!("served state {to} unreadable: {e}")),
+                    },
+                    Err(e) => refuse(step, format!("state {to} not served: {e}")),
+                }
+            }
         };
         results.push(r);
     }

@@ -3,6 +3,7 @@
 // clippy.toml allows unwrap in #[test] functions; the shared helpers here are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod anchors;
 mod bert;
 mod bundle;
 mod common;
