@@ -314,17 +314,12 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
         let Some(anchor) = st.anchor() else {
             return Ok(false);
         };
-        if st.anchor_step == s.parent_step {
+        let bytes = if st.anchor_step == s.parent_step {
             // The parent state needs no blob: the previous checkpoint holds it. A parent the
             // provider did not build on fails the replay's first hash comparison.
-            let bytes = parent_preimage(ctx, &spec, &job, s.parent_checkpoint).await?;
-            let committed: Vec<StateHash> = st.hashes.iter().map(|h| StateHash(h.0)).collect();
-            let (job, meta) = (job.clone(), meta.clone());
-            let r = crate::compute::run("spot-check", move || {
-                spot_check_from_anchor(&job, &meta, &bytes, &committed)
-            })
-            .await??;
-            if !r.matched {
+            parent_preimage(ctx, &spec, &job, s.parent_checkpoint).await?
+        } else {
+            if let Err(e) = ctx.handle.fetch_hash(to_iroh(anchor), peers.clone()).await {
                 crate::events::emit(
                     NodeEvent::SpotCheck {
                         job_id: s.job_id.to_string(),
@@ -332,29 +327,17 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
                         checked_step: Some(st.step),
                         checked: None,
                         pass: false,
-                        detail: r.detail.to_string(),
+                        detail: format!(
+                            "anchor state of step {} not served: {e:#}",
+                            st.anchor_step
+                        ),
                     },
                     "spot check",
                 );
                 return Ok(false);
             }
-            continue;
-        }
-        if let Err(e) = ctx.handle.fetch_hash(to_iroh(anchor), peers.clone()).await {
-            crate::events::emit(
-                NodeEvent::SpotCheck {
-                    job_id: s.job_id.to_string(),
-                    step: s.step,
-                    checked_step: Some(st.step),
-                    checked: None,
-                    pass: false,
-                    detail: format!("anchor state of step {} not served: {e:#}", st.anchor_step),
-                },
-                "spot check",
-            );
-            return Ok(false);
-        }
-        let bytes = ctx.handle.blobs().read(to_iroh(anchor)).await?;
+            ctx.handle.blobs().read(to_iroh(anchor)).await?
+        };
         let committed: Vec<StateHash> = st.hashes.iter().map(|h| StateHash(h.0)).collect();
         let (job, meta) = (job.clone(), meta.clone());
         let r = crate::compute::run("spot-check", move || {

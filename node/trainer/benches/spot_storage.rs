@@ -17,14 +17,14 @@ use std::time::Instant;
 
 use candle_core::Device;
 use gpuchain_protocol::anchors::{SEGMENTS, anchor_steps};
-use gpuchain_trainer::data::{TextDataset, TextExample, fashion_dir};
+use gpuchain_trainer::data::fashion_dir;
 use gpuchain_trainer::job::load_fashion;
-use gpuchain_trainer::model::bert::{BertEncoder, load_tokenizer, minilm_dir, word_tokenizer};
-use gpuchain_trainer::{
-    BertBase, Job, SpotMode, TrainSpec, Trainer, TrainerOptions, spot_check_anchored,
-};
+use gpuchain_trainer::model::bert::minilm_dir;
+use gpuchain_trainer::{Job, SpotMode, TrainSpec, Trainer, TrainerOptions, spot_check_anchored};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+mod text_jobs;
+
+use text_jobs::{Res, minilm_job, tiny_bert_job};
 
 fn main() {
     match run() {
@@ -55,8 +55,12 @@ fn run() -> Res<bool> {
         Device::Cpu,
     )?);
     ok &= measure("fashion-cnn", &cnn, 50)?;
-    ok &= measure("tiny-bert LoRA (2×32)", &tiny_bert_job()?, 50)?;
-    match minilm_job()? {
+    ok &= measure(
+        "tiny-bert LoRA (2×32)",
+        &tiny_bert_job("bench-spot-tiny")?,
+        50,
+    )?;
+    match minilm_job("bench-spot-minilm")? {
         Some(job) => {
             let interval = std::env::var("GPUCHAIN_BENCH_MINILM_INTERVAL")
                 .ok()
@@ -114,81 +118,4 @@ fn measure(name: &str, job: &Arc<Job>, interval: u64) -> Res<bool> {
         check.accepted
     );
     Ok(ratio <= SEGMENTS as f64 && check.accepted)
-}
-
-const WORDS: [&str; 16] = [
-    "good", "great", "fine", "nice", "bad", "awful", "poor", "weak", "the", "film", "was",
-    "really", "quite", "plot", "acting", "and",
-];
-
-/// The train_speed bench's synthetic sentiment set: a key word decides the label.
-fn synthetic(n: usize) -> Vec<TextExample> {
-    (0..n)
-        .map(|i| {
-            let label = (i % 2) as u32;
-            let key = WORDS[(i / 2) % 4 + if label == 1 { 0 } else { 4 }];
-            let text = (0..31)
-                .map(|k| {
-                    if k == i % 31 {
-                        key
-                    } else {
-                        WORDS[8 + (i * 7 + k * 3) % 8]
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(" ");
-            TextExample { text, label }
-        })
-        .collect()
-}
-
-fn tiny_bert_job() -> Res<Arc<Job>> {
-    let tok = word_tokenizer(&WORDS)?;
-    let base = BertBase::TinyRandom {
-        layers: 2,
-        hidden: 32,
-        heads: 2,
-        intermediate: 64,
-        seed: 1,
-    };
-    let mut spec = TrainSpec::bert_lora("bench-spot-tiny", base, 1, 1000, 2);
-    if let gpuchain_trainer::ModelSpec::BertLora { max_len, .. } = &mut spec.model {
-        *max_len = 32;
-    }
-    let data = Arc::new(TextDataset::tokenize(&synthetic(256), &tok, 32, 2)?);
-    Ok(Arc::new(Job::new(
-        spec,
-        data.clone(),
-        data,
-        None,
-        Device::Cpu,
-    )?))
-}
-
-fn minilm_job() -> Res<Option<Arc<Job>>> {
-    let dir = minilm_dir();
-    if !dir.join("model.safetensors").is_file() {
-        return Ok(None);
-    }
-    let enc = Arc::new(BertEncoder::load(&dir, &Device::Cpu)?);
-    let tok = load_tokenizer(&dir.join("tokenizer.json"))?;
-    let base = BertBase::Pretrained {
-        name: "all-MiniLM-L6-v2".into(),
-    };
-    let spec = TrainSpec::bert_lora("bench-spot-minilm", base, 1, 1000, 2);
-    let examples: Vec<TextExample> = synthetic(64)
-        .into_iter()
-        .map(|e| TextExample {
-            text: format!("{} {}", e.text, e.text),
-            label: e.label,
-        })
-        .collect();
-    let data = Arc::new(TextDataset::tokenize(&examples, &tok, 64, 2)?);
-    Ok(Some(Arc::new(Job::new(
-        spec,
-        data.clone(),
-        data,
-        Some(enc),
-        Device::Cpu,
-    )?)))
 }

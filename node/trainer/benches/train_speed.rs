@@ -9,16 +9,18 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use candle_nn::{Conv2dConfig, Module, Optimizer, VarBuilder, VarMap};
-use gpuchain_trainer::data::{DataOrder, Dataset, Input, TextDataset, TextExample, fashion_dir};
+use gpuchain_trainer::data::{DataOrder, Dataset, Input, fashion_dir};
 use gpuchain_trainer::job::load_fashion;
-use gpuchain_trainer::model::bert::{BertEncoder, load_tokenizer, minilm_dir, word_tokenizer};
+use gpuchain_trainer::model::bert::minilm_dir;
 use gpuchain_trainer::verify::quality::evaluate;
 use gpuchain_trainer::verify::spot::{SpotMode, spot_check_interval};
-use gpuchain_trainer::{BertBase, Job, TrainSpec, Trainer, TrainerOptions, quality_test_cached};
+use gpuchain_trainer::{Job, TrainSpec, Trainer, TrainerOptions, quality_test_cached};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+mod text_jobs;
+
+use text_jobs::{Res, minilm_job, tiny_bert_job};
 
 fn main() {
     if let Err(e) = run() {
@@ -69,12 +71,12 @@ fn run() -> Res<()> {
         "fashion-cnn (batch 64):            {:7.1} steps/s",
         steps_per_s(cnn.clone(), 3, 40)?
     );
-    let tiny = tiny_bert_job()?;
+    let tiny = tiny_bert_job("bench-tiny")?;
     println!(
         "tiny-bert LoRA (2×32, 16×32 tok):  {:7.1} steps/s",
         steps_per_s(tiny, 3, 40)?
     );
-    match minilm_job()? {
+    match minilm_job("bench-minilm")? {
         Some(job) => println!(
             "MiniLM-L6 LoRA r8 (16×64 tok):     {:7.3} steps/s",
             steps_per_s(job, 1, 3)?
@@ -217,81 +219,4 @@ impl BareCnn {
         }
         Ok(())
     }
-}
-
-const WORDS: [&str; 16] = [
-    "good", "great", "fine", "nice", "bad", "awful", "poor", "weak", "the", "film", "was",
-    "really", "quite", "plot", "acting", "and",
-];
-
-fn synthetic(n: usize) -> Vec<TextExample> {
-    (0..n)
-        .map(|i| {
-            let label = (i % 2) as u32;
-            let key = WORDS[(i / 2) % 4 + if label == 1 { 0 } else { 4 }];
-            let text = (0..31)
-                .map(|k| {
-                    if k == i % 31 {
-                        key
-                    } else {
-                        WORDS[8 + (i * 7 + k * 3) % 8]
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(" ");
-            TextExample { text, label }
-        })
-        .collect()
-}
-
-fn tiny_bert_job() -> Res<Arc<Job>> {
-    let tok = word_tokenizer(&WORDS)?;
-    let base = BertBase::TinyRandom {
-        layers: 2,
-        hidden: 32,
-        heads: 2,
-        intermediate: 64,
-        seed: 1,
-    };
-    let mut spec = TrainSpec::bert_lora("bench-tiny", base, 1, 1000, 2);
-    if let gpuchain_trainer::ModelSpec::BertLora { max_len, .. } = &mut spec.model {
-        *max_len = 32;
-    }
-    let data = Arc::new(TextDataset::tokenize(&synthetic(256), &tok, 32, 2)?);
-    Ok(Arc::new(Job::new(
-        spec,
-        data.clone(),
-        data,
-        None,
-        Device::Cpu,
-    )?))
-}
-
-fn minilm_job() -> Res<Option<Arc<Job>>> {
-    let dir = minilm_dir();
-    if !dir.join("model.safetensors").is_file() {
-        return Ok(None);
-    }
-    let enc = Arc::new(BertEncoder::load(&dir, &Device::Cpu)?);
-    let tok = load_tokenizer(&dir.join("tokenizer.json"))?;
-    let base = BertBase::Pretrained {
-        name: "all-MiniLM-L6-v2".into(),
-    };
-    let spec = TrainSpec::bert_lora("bench-minilm", base, 1, 1000, 2);
-    let examples: Vec<TextExample> = synthetic(64)
-        .into_iter()
-        .map(|e| TextExample {
-            text: format!("{} {}", e.text, e.text),
-            label: e.label,
-        })
-        .collect();
-    let data = Arc::new(TextDataset::tokenize(&examples, &tok, 64, 2)?);
-    let _ = Tensor::zeros(1, DType::F32, &Device::Cpu)?;
-    Ok(Some(Arc::new(Job::new(
-        spec,
-        data.clone(),
-        data,
-        Some(enc),
-        Device::Cpu,
-    )?)))
 }

@@ -128,29 +128,13 @@ pub fn spot_check_preimage(
     committed_before: StateHash,
     committed_after: StateHash,
 ) -> Result<SpotResult> {
-    let found = StateHash::of_preimage(before);
-    if found != committed_before {
-        return Ok(refuse(
-            0,
-            format!("state preimage hashes to {found}, not the committed {committed_before}"),
-        ));
-    }
-    let ckpt = match checkpoint_from_preimage(job, candidate_meta, before) {
-        Ok(c) => c,
-        Err(e) => return Ok(refuse(0, format!("state preimage unreadable: {e}"))),
-    };
-    // Parsing accepts only canonical bytes, so this holds; checked because the replay must
-    // start from exactly the committed state.
-    if ckpt.meta.state_hash != committed_before {
-        return Ok(refuse(
-            ckpt.meta.step,
-            format!(
-                "state preimage re-encodes to {}, not the committed {committed_before}",
-                ckpt.meta.state_hash
-            ),
-        ));
-    }
-    Ok(replay_exact(job, &ckpt, committed_after))
+    // A one-step replay from a stored state is an anchored check whose anchor is that state.
+    spot_check_from_anchor(
+        job,
+        candidate_meta,
+        before,
+        &[committed_before, committed_after],
+    )
 }
 
 /// Exact mode from an anchor's state preimage (the blob the provider keeps, fetched by its
