@@ -281,6 +281,23 @@ pub async fn spot(ctx: Ctx, s: SpotJob) {
     .await;
 }
 
+/// Reports a failed spot check (at the sampled `checked_step`, when it got that far); the
+/// check's verdict, `false`.
+fn refused(s: &SpotJob, checked_step: Option<u64>, detail: String) -> bool {
+    crate::events::emit(
+        NodeEvent::SpotCheck {
+            job_id: s.job_id.to_string(),
+            step: s.step,
+            pass: false,
+            checked_step,
+            checked: None,
+            detail,
+        },
+        "spot check",
+    );
+    false
+}
+
 async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
     let (spec, job, candidate) =
         job_and_candidate(ctx, s.job_id, s.spec_hash, s.checkpoint_hash).await?;
@@ -291,20 +308,7 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
     .await?;
     let meta = match meta {
         Ok(c) => c.meta,
-        Err(e) => {
-            crate::events::emit(
-                NodeEvent::SpotCheck {
-                    job_id: s.job_id.to_string(),
-                    step: s.step,
-                    pass: false,
-                    checked_step: None,
-                    checked: None,
-                    detail: format!("unreadable checkpoint: {e}"),
-                },
-                "spot check",
-            );
-            return Ok(false);
-        }
+        Err(e) => return Ok(refused(s, None, format!("unreadable checkpoint: {e}"))),
     };
     let peers = ctx.handle.peers_of(s.provider).await.unwrap_or_default();
     for st in &s.steps {
@@ -320,21 +324,8 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
             parent_preimage(ctx, &spec, &job, s.parent_checkpoint).await?
         } else {
             if let Err(e) = ctx.handle.fetch_hash(to_iroh(anchor), peers.clone()).await {
-                crate::events::emit(
-                    NodeEvent::SpotCheck {
-                        job_id: s.job_id.to_string(),
-                        step: s.step,
-                        checked_step: Some(st.step),
-                        checked: None,
-                        pass: false,
-                        detail: format!(
-                            "anchor state of step {} not served: {e:#}",
-                            st.anchor_step
-                        ),
-                    },
-                    "spot check",
-                );
-                return Ok(false);
+                let detail = format!("anchor state of step {} not served: {e:#}", st.anchor_step);
+                return Ok(refused(s, Some(st.step), detail));
             }
             ctx.handle.blobs().read(to_iroh(anchor)).await?
         };
@@ -345,18 +336,7 @@ async fn run_spot(ctx: &Ctx, s: &SpotJob) -> Result<bool> {
         })
         .await??;
         if !r.matched {
-            crate::events::emit(
-                NodeEvent::SpotCheck {
-                    job_id: s.job_id.to_string(),
-                    step: s.step,
-                    checked_step: Some(st.step),
-                    checked: None,
-                    pass: false,
-                    detail: r.detail.to_string(),
-                },
-                "spot check",
-            );
-            return Ok(false);
+            return Ok(refused(s, Some(st.step), r.detail.to_string()));
         }
     }
     crate::events::emit(
