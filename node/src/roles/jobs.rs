@@ -10,7 +10,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use gpuchain_protocol::spec::{HyperParams, ModelKind, QualityThresholds};
 use gpuchain_protocol::{Hash, JobSpec};
 use gpuchain_trainer::data::bundle;
-use gpuchain_trainer::{Job, ModelSpec, OptimSpec, QualitySpec, TrainSpec};
+use gpuchain_trainer::{EvalReport, Job, ModelSpec, OptimSpec, QualitySpec, TrainSpec};
 use serde::Deserialize;
 use tokio::sync::{Mutex, OnceCell};
 
@@ -336,6 +336,11 @@ pub struct JobLibrary {
     /// Jobs built or being built, least recently asked for first. Each spec has its own
     /// cell, so building one job (a bid's prefetch) never holds up another (an assignment).
     built: Mutex<Vec<(Hash, BuiltJob)>>,
+    /// Scores of checkpoints this node's quality tests measured, by (spec, checkpoint) hash,
+    /// oldest first. The next test's baseline is the checkpoint a verifier last accepted, which
+    /// it scored then: scoring it again would double the test. A score is a function of the
+    /// job and the checkpoint's bytes, which their hashes name, so a hit is never stale.
+    evals: std::sync::Mutex<std::collections::VecDeque<((Hash, Hash), EvalReport)>>,
 }
 
 /// One spec's job: built once, by whichever caller comes first.
@@ -348,6 +353,9 @@ const MAX_SPECS: usize = 1024;
 /// a provider prepares every job it bids on, so the oldest are dropped past this. A job in
 /// use stays alive with its users; asked for again, it is built again from the blob store.
 const MAX_BUILT: usize = 4;
+
+/// Scores kept: a few per job is all a baseline lookup needs.
+const MAX_EVALS: usize = 64;
 
 impl JobLibrary {
     pub fn remember_spec(&self, spec: &JobSpec) {
@@ -384,6 +392,26 @@ impl JobLibrary {
             .unwrap_or_else(|p| p.into_inner())
             .get(&spec_hash)
             .cloned()
+    }
+
+    /// The score this node measured for `checkpoint` of the job `spec_hash`, if it still has it.
+    pub fn eval(&self, spec_hash: Hash, checkpoint: Hash) -> Option<EvalReport> {
+        self.evals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(k, _)| *k == (spec_hash, checkpoint))
+            .map(|(_, r)| *r)
+    }
+
+    pub fn remember_eval(&self, spec_hash: Hash, checkpoint: Hash, report: EvalReport) {
+        let mut evals = self.evals.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (spec_hash, checkpoint);
+        evals.retain(|(k, _)| *k != key);
+        if evals.len() >= MAX_EVALS {
+            evals.pop_front();
+        }
+        evals.push_back((key, report));
     }
 
     /// The job ready to train or verify: its blobs fetched (from anyone who has them),

@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow};
 use gpuchain_protocol::io::{QualityReport, SpotStep};
 use gpuchain_protocol::{Address, Epoch, Hash, Input, JobId, Step};
 use gpuchain_trainer::verify::quality::Reason;
-use gpuchain_trainer::{Checkpoint, StateHash, quality_test, spot_check_from_anchor};
+use gpuchain_trainer::{Checkpoint, StateHash, quality_test_cached, spot_check_from_anchor};
 
 use super::ctx::Ctx;
 use super::jobs::{fetch_bytes, to_iroh};
@@ -124,6 +124,12 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
         Some(fetch_bytes(&ctx.handle, q.baseline).await?)
     };
     let (step, committed, thresholds) = (q.step, q.committed_state, spec.quality.clone());
+    let spec_hash = spec.spec_hash();
+    let previous_eval = previous
+        .as_ref()
+        .and_then(|_| ctx.library.eval(spec_hash, q.baseline));
+    let library = ctx.library.clone();
+    let checkpoint_hash = q.checkpoint_hash;
     let (report, detail, prev_acc) = crate::compute::run("quality-test", move || -> Result<_> {
         let fail = |d: String| {
             (
@@ -153,7 +159,10 @@ async fn run_quality(ctx: &Ctx, q: &QualityJob) -> Result<QualityReport> {
                 ckpt.meta.step
             ));
         }
-        let v = quality_test(&job, &candidate, previous.as_deref())?;
+        let v = quality_test_cached(&job, &candidate, previous.as_deref(), previous_eval)?;
+        if let Some(c) = v.candidate {
+            library.remember_eval(spec_hash, checkpoint_hash, c);
+        }
         // The trainer says what the checkpoint is (readable, finite, built on its parent,
         // not stale) and measures it; the thresholds are the protocol's one rule, the same
         // the simulator's verifiers apply.
