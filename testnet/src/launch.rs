@@ -187,8 +187,8 @@ const KERNEL_THREADS: &str = "CANDLE_NUM_THREADS";
 /// provider and two verifiers computing at once on one host, and candle's kernels wait for
 /// their slowest thread by spinning; with every node fanning out to every core, a thread
 /// descheduled for a neighbour's leaves the others spinning for a whole time slice. On two
-/// cores that tripled a text job's step time and halved its verifiers' pace, measured on the
-/// demo. An operator's own `CANDLE_NUM_THREADS` is passed through as it is.
+/// cores the text demo's provider trained 2.5x slower that way than at one thread a node, and
+/// its verifiers fell behind it. A caller's own `CANDLE_NUM_THREADS` is passed through.
 fn kernel_threads_per_node() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cores / 3).max(1)

@@ -568,6 +568,32 @@ mod tests {
 
     const JOB_KEYS: &[&str] = &["seed", "effective_batch", "min_memory_mb", "eval_examples"];
 
+    #[test]
+    fn scores_are_kept_by_job_and_checkpoint_and_the_oldest_go_first() {
+        let lib = JobLibrary::default();
+        let score = |n: usize| EvalReport {
+            accuracy: n as f64 / 1000.0,
+            loss: 1.0,
+            examples: n,
+        };
+        let (spec, other) = (Hash::from([1; 32]), Hash::from([2; 32]));
+        let ckpt = |n: usize| Hash::from(*blake3::hash(&n.to_le_bytes()).as_bytes());
+        lib.remember_eval(spec, ckpt(0), score(0));
+        assert_eq!(lib.eval(spec, ckpt(0)), Some(score(0)));
+        // The same checkpoint of another job is another score.
+        assert_eq!(lib.eval(other, ckpt(0)), None);
+        // Scored again: one entry, the newest.
+        lib.remember_eval(spec, ckpt(0), score(7));
+        for n in 1..MAX_EVALS {
+            lib.remember_eval(spec, ckpt(n), score(n));
+        }
+        assert_eq!(lib.eval(spec, ckpt(0)), Some(score(7)));
+        lib.remember_eval(spec, ckpt(MAX_EVALS), score(MAX_EVALS));
+        assert_eq!(lib.eval(spec, ckpt(0)), None, "the oldest went");
+        assert_eq!(lib.eval(spec, ckpt(1)), Some(score(1)));
+        assert_eq!(lib.eval(spec, ckpt(MAX_EVALS)), Some(score(MAX_EVALS)));
+    }
+
     fn edge() -> impl Strategy<Value = i128> {
         prop_oneof![
             Just(0i128),

@@ -177,7 +177,16 @@ impl RoleRuntime {
                     // The swarm is gone: the node is stopping.
                     None => break,
                 },
-                () = sleep_until(deadline) => self.on_timer(deadline),
+                () = sleep_until(deadline) => {
+                    // `select!` picks among ready branches at random: a heartbeat already
+                    // waiting when the timer fires would lose the draw half the time and its
+                    // provider be failed over for a beat that had arrived. What came in by
+                    // the deadline is heard first.
+                    while let Ok(ev) = self.inbound.try_recv() {
+                        self.on_inbound(ev);
+                    }
+                    self.on_timer(deadline);
+                }
                 changed = self.shutdown.changed() => {
                     if changed.is_err() || *self.shutdown.borrow() {
                         break;

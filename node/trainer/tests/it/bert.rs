@@ -10,14 +10,14 @@ use gpuchain_trainer::model::bert::{
 };
 use gpuchain_trainer::{BertBase, Job, LoraTarget, ModelSpec, TrainSpec, Trainer, TrainerOptions};
 
-const GOOD: [&str; 6] = ["good", "great", "fine", "lovely", "superb", "nice"];
-const BAD: [&str; 6] = ["bad", "awful", "poor", "dire", "grim", "weak"];
-const FILLER: [&str; 8] = [
+pub(crate) const GOOD: [&str; 6] = ["good", "great", "fine", "lovely", "superb", "nice"];
+pub(crate) const BAD: [&str; 6] = ["bad", "awful", "poor", "dire", "grim", "weak"];
+pub(crate) const FILLER: [&str; 8] = [
     "the", "film", "was", "really", "quite", "plot", "acting", "and",
 ];
 
 /// A two-class sentiment set whose label is carried by one word among fillers.
-fn sentiment(n: usize, offset: usize) -> Vec<TextExample> {
+pub(crate) fn sentiment(n: usize, offset: usize) -> Vec<TextExample> {
     (0..n)
         .map(|i| {
             let k = i + offset;

@@ -12,5 +12,6 @@ mod hostile;
 mod resume;
 mod state_blobs;
 mod stock_bert;
+mod threads;
 mod training;
 mod verification;
