@@ -13,8 +13,10 @@
 //! ```
 //!
 //! `GPUCHAIN_DETECTION_TRIALS` sets the trials per kind (default 20);
-//! `GPUCHAIN_DETECTION_KINDS` the kinds (default `kill,freeze,hang`). The nodes inherit the
-//! environment, so `GPUCHAIN_DETECTOR_FLOOR_MS=300` measures the client with a 300 ms floor.
+//! `GPUCHAIN_DETECTION_KINDS` the kinds (default `kill,freeze,hang`);
+//! `GPUCHAIN_DETECTION_FLOOR_MS=300` measures the client with a 300 ms liveness floor (the
+//! harness keeps the caller's `GPUCHAIN_*` settings from the nodes, so the bench passes it as
+//! `--detector-floor-ms`). The soak reads it too.
 //!
 //! The false-failover soak is its companion: the same sixteen processes with no fault at all,
 //! a job training on every core, and busy threads at normal priority on top (an extra CPU
@@ -255,7 +257,10 @@ fn amount(base_units: u64) -> String {
 
 async fn start(dir: &std::path::Path) -> Result<(Testnet, HashMap<String, String>)> {
     let mut net = Testnet::with_new_chain(dir, binary()?, ChainOpts::default()).await?;
-    let spec = net.role_spec("client", "client")?;
+    let mut spec = net.role_spec("client", "client")?;
+    if let Ok(ms) = std::env::var("GPUCHAIN_DETECTION_FLOOR_MS") {
+        spec = spec.arg("--detector-floor-ms").arg(ms);
+    }
     net.spawn(spec).await?;
     for i in 1..=VERIFIERS {
         let spec = net.role_spec(&format!("v{i}"), "verifier")?;
@@ -574,6 +579,10 @@ fn report(trials: &[Trial], view: &ClientView, names: &HashMap<String, String>) 
     println!("no replacement training within a minute: {never}");
     println!(
         "targets: kill and freeze p50 <= 300, p99 <= 500; hang <= 3 x step time + 500; again <= 1000"
+    );
+    println!(
+        "the client's liveness floor: {} ms",
+        std::env::var("GPUCHAIN_DETECTION_FLOOR_MS").unwrap_or_else(|_| "the default".into())
     );
     let hangs: Vec<&Trial> = trials.iter().filter(|t| t.kind == Kind::Hang).collect();
     let within = hangs
