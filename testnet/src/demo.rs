@@ -264,6 +264,11 @@ enum KillPoint {
     NoneLeft,
 }
 
+/// The checkpoint after the last accepted one.
+fn next_checkpoint(accepted: u64, interval: u64) -> u64 {
+    (accepted / interval + 1) * interval
+}
+
 /// Whether A, reporting `reported` with `accepted` accepted in `epoch`, is at a kill point:
 /// past `kill_at`, every checkpoint it reached accepted, and at least `margin` steps short of
 /// the next one.
@@ -274,11 +279,10 @@ fn kill_point(w: KillWindow, epoch: u64, reported: u64, accepted: u64) -> KillPo
     if reported.saturating_add(w.margin.min(w.interval)) >= w.total_steps {
         return KillPoint::NoneLeft;
     }
-    let next_checkpoint = (accepted / w.interval + 1) * w.interval;
     if reported >= w.kill_at
         && accepted >= w.accepted_before
         && reported > accepted
-        && reported.saturating_add(w.margin) < next_checkpoint
+        && reported.saturating_add(w.margin) < next_checkpoint(accepted, w.interval)
     {
         KillPoint::Kill
     } else {
@@ -394,6 +398,7 @@ async fn drive(
     let accepted_before = kill_at / interval * interval;
     let mut outcome = KillPoint::Waiting;
     let mut pace = Pace::default();
+    let mut told_late: Option<u64> = None;
     poll_until("A to reach the kill point", JOB_TIMEOUT, async || {
         let view = client.get(&job_path).await?;
         let reported = view["last_reported_step"].as_u64().unwrap_or(0);
@@ -408,12 +413,13 @@ async fn drive(
         // The job left A, or A is too close to its end for a kill: failures to report, not a
         // "not yet" to poll on until the timeout (an error here would be polled again).
         let v = chain.job(job_num).await?;
+        let margin = pace.margin();
         outcome = kill_point(
             KillWindow {
                 kill_at,
                 accepted_before,
                 interval,
-                margin: pace.margin(),
+                margin,
                 total_steps,
             },
             v.epoch,
@@ -421,6 +427,19 @@ async fn drive(
             accepted,
         );
         if outcome == KillPoint::Waiting {
+            let late = reported > accepted
+                && reported.saturating_add(margin) >= next_checkpoint(accepted, interval);
+            if reported >= kill_at
+                && accepted >= accepted_before
+                && late
+                && told_late != Some(accepted)
+            {
+                told_late = Some(accepted);
+                progress(&format!(
+                    "step {accepted} accepted only as A reached step {reported}, too near the \
+                     next checkpoint: the kill waits for a later interval"
+                ));
+            }
             return Ok(false);
         }
         killed = Some((SystemTime::now(), reported, accepted));
