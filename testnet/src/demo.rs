@@ -260,6 +260,9 @@ enum KillPoint {
     Waiting,
     /// The job moved on from A before the kill.
     LeftA,
+    /// Past the kill point with the checkpoint before accepted, but too near the next one: the
+    /// verifiers accepted late, and the kill waits for a later interval.
+    TooNear,
     /// A is too near the job's end for a kill that leaves work to fail over.
     NoneLeft,
 }
@@ -271,7 +274,7 @@ fn next_checkpoint(accepted: u64, interval: u64) -> u64 {
 
 /// Whether A, reporting `reported` with `accepted` accepted in `epoch`, is at a kill point:
 /// past `kill_at`, every checkpoint it reached accepted, and at least `margin` steps short of
-/// the next one.
+/// the next one (else `TooNear`).
 fn kill_point(w: KillWindow, epoch: u64, reported: u64, accepted: u64) -> KillPoint {
     if epoch > 1 {
         return KillPoint::LeftA;
@@ -279,14 +282,12 @@ fn kill_point(w: KillWindow, epoch: u64, reported: u64, accepted: u64) -> KillPo
     if reported.saturating_add(w.margin.min(w.interval)) >= w.total_steps {
         return KillPoint::NoneLeft;
     }
-    if reported >= w.kill_at
-        && accepted >= w.accepted_before
-        && reported > accepted
-        && reported.saturating_add(w.margin) < next_checkpoint(accepted, w.interval)
-    {
+    if reported < w.kill_at || accepted < w.accepted_before || reported <= accepted {
+        KillPoint::Waiting
+    } else if reported.saturating_add(w.margin) < next_checkpoint(accepted, w.interval) {
         KillPoint::Kill
     } else {
-        KillPoint::Waiting
+        KillPoint::TooNear
     }
 }
 
@@ -426,21 +427,19 @@ async fn drive(
             reported,
             accepted,
         );
-        if outcome == KillPoint::Waiting {
-            let late = reported > accepted
-                && reported.saturating_add(margin) >= next_checkpoint(accepted, interval);
-            if reported >= kill_at
-                && accepted >= accepted_before
-                && late
-                && told_late != Some(accepted)
-            {
-                told_late = Some(accepted);
-                progress(&format!(
-                    "step {accepted} accepted only as A reached step {reported}, too near the \
-                     next checkpoint: the kill waits for a later interval"
-                ));
+        match outcome {
+            KillPoint::Waiting => return Ok(false),
+            KillPoint::TooNear => {
+                if told_late != Some(accepted) {
+                    told_late = Some(accepted);
+                    progress(&format!(
+                        "step {accepted} accepted only as A reached step {reported}, too near \
+                         the next checkpoint: the kill waits for a later interval"
+                    ));
+                }
+                return Ok(false);
             }
-            return Ok(false);
+            KillPoint::Kill | KillPoint::LeftA | KillPoint::NoneLeft => {}
         }
         killed = Some((SystemTime::now(), reported, accepted));
         Ok(true)
@@ -448,7 +447,7 @@ async fn drive(
     .await?;
     let (_, reported, accepted) = killed.context("kill point")?;
     match outcome {
-        KillPoint::Kill | KillPoint::Waiting => {}
+        KillPoint::Kill | KillPoint::Waiting | KillPoint::TooNear => {}
         KillPoint::LeftA => {
             let epoch = chain.job(job_num).await?.epoch;
             bail!(
@@ -751,14 +750,14 @@ mod tests {
         assert_eq!(kill_point(PAGE, 1, 157, 150), KillPoint::Waiting);
         assert_eq!(kill_point(PAGE, 1, 170, 100), KillPoint::Waiting);
         // Too close to checkpoint 200: A may have announced it by the time it dies.
-        assert_eq!(kill_point(PAGE, 1, 190, 150), KillPoint::Waiting);
+        assert_eq!(kill_point(PAGE, 1, 190, 150), KillPoint::TooNear);
     }
 
     #[test]
     fn the_margin_covers_what_a_trains_while_the_kill_is_on_its_way() {
         let t0 = Instant::now();
         let mut pace = Pace::default();
-        // No pace yet: no kill can be planned.
+        // No pace yet: every step is too near the next checkpoint for a kill.
         assert_eq!(
             kill_point(
                 KillWindow {
@@ -769,7 +768,7 @@ mod tests {
                 170,
                 150
             ),
-            KillPoint::Waiting
+            KillPoint::TooNear
         );
         pace.observe(t0, 10);
         pace.observe(t0 + Duration::from_millis(200), 14);
@@ -790,9 +789,9 @@ mod tests {
     #[test]
     fn verifiers_behind_a_move_the_kill_to_a_later_interval() {
         // 150 accepted only as A passed 200: wait for 200's acceptance, kill before 240.
-        assert_eq!(kill_point(PAGE, 1, 205, 150), KillPoint::Waiting);
+        assert_eq!(kill_point(PAGE, 1, 205, 150), KillPoint::TooNear);
         assert_eq!(kill_point(PAGE, 1, 212, 200), KillPoint::Kill);
-        assert_eq!(kill_point(PAGE, 1, 245, 200), KillPoint::Waiting);
+        assert_eq!(kill_point(PAGE, 1, 245, 200), KillPoint::TooNear);
         // No unaccepted work lost at an exact checkpoint, and no kill this near the end.
         assert_eq!(kill_point(PAGE, 1, 200, 200), KillPoint::Waiting);
         assert_eq!(kill_point(PAGE, 1, 390, 350), KillPoint::NoneLeft);

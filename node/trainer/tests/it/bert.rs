@@ -10,9 +10,9 @@ use gpuchain_trainer::model::bert::{
 };
 use gpuchain_trainer::{BertBase, Job, LoraTarget, ModelSpec, TrainSpec, Trainer, TrainerOptions};
 
-pub(crate) const GOOD: [&str; 6] = ["good", "great", "fine", "lovely", "superb", "nice"];
-pub(crate) const BAD: [&str; 6] = ["bad", "awful", "poor", "dire", "grim", "weak"];
-pub(crate) const FILLER: [&str; 8] = [
+const GOOD: [&str; 6] = ["good", "great", "fine", "lovely", "superb", "nice"];
+const BAD: [&str; 6] = ["bad", "awful", "poor", "dire", "grim", "weak"];
+const FILLER: [&str; 8] = [
     "the", "film", "was", "really", "quite", "plot", "acting", "and",
 ];
 
@@ -44,10 +44,15 @@ fn tiny_job(id: &str, steps: u64) -> Arc<Job> {
     tiny_job_on(id, steps, &LoraTarget::DEFAULT)
 }
 
+/// A tokenizer that knows every word [`sentiment`] uses.
+pub(crate) fn sentiment_tokenizer() -> tokenizers::Tokenizer {
+    let words: Vec<&str> = GOOD.iter().chain(&BAD).chain(&FILLER).copied().collect();
+    word_tokenizer(&words).unwrap()
+}
+
 /// [`tiny_job`] with LoRA on `on`.
 fn tiny_job_on(id: &str, steps: u64, on: &[LoraTarget]) -> Arc<Job> {
-    let words: Vec<&str> = GOOD.iter().chain(&BAD).chain(&FILLER).copied().collect();
-    let tok = word_tokenizer(&words).unwrap();
+    let tok = sentiment_tokenizer();
     let base = BertBase::TinyRandom {
         layers: 2,
         hidden: 32,

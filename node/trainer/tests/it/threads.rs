@@ -10,10 +10,9 @@ use std::sync::atomic::AtomicBool;
 
 use candle_core::Device;
 use gpuchain_trainer::data::TextDataset;
-use gpuchain_trainer::model::bert::word_tokenizer;
 use gpuchain_trainer::{BertBase, Job, TrainSpec, Trainer, TrainerOptions};
 
-use crate::bert::{BAD, FILLER, GOOD, sentiment};
+use crate::bert::{sentiment, sentiment_tokenizer};
 use crate::common::job;
 
 /// Set in the child: train and print the hashes.
@@ -23,8 +22,7 @@ const NAME: &str = "threads::state_hashes_do_not_depend_on_the_kernel_thread_cou
 /// Large enough that candle splits its kernels across threads: a 128-wide encoder on 16
 /// sequences of 32 tokens, and the CNN on its 64-image batches.
 fn bert_job() -> Arc<Job> {
-    let words: Vec<&str> = GOOD.iter().chain(&BAD).chain(&FILLER).copied().collect();
-    let tok = word_tokenizer(&words).unwrap();
+    let tok = sentiment_tokenizer();
     let base = BertBase::TinyRandom {
         layers: 2,
         hidden: 128,
