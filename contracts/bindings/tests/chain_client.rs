@@ -356,7 +356,7 @@ async fn follow_until(
         let batch = tokio::time::timeout_at(deadline, follower.next_batch())
             .await
             .context("follower saw no more events in time")??;
-        follower.commit(&batch)?;
+        follower.commit(&batch).await?;
         seen.extend(batch.events);
     }
     Ok(seen)
@@ -1796,5 +1796,69 @@ async fn nonces_pipeline_and_recover() -> Result<()> {
         .context("mined")?;
     assert_eq!(alloy::consensus::Transaction::nonce(&tx), dropped.nonce);
     assert_eq!(client.token_balance(me).await?, U256::from(101_110));
+    Ok(())
+}
+
+/// Reads (committing what it reads) until nothing new comes for 300 ms.
+async fn drain(follower: &mut EventFollower) -> Result<()> {
+    while let Ok(batch) =
+        tokio::time::timeout(Duration::from_millis(300), follower.next_batch()).await
+    {
+        follower.commit(&batch?).await?;
+    }
+    Ok(())
+}
+
+/// Each cursor write is an fsync, so blocks without escrow events move the cursor at most
+/// every `empty_commit_every`; the next block with events is committed as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_stretches_move_the_cursor_at_most_every_interval() -> Result<()> {
+    let chain = Chain::start().await?;
+    let client = chain.client(1).await?;
+    let (slow_dir, eager_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let mut slow = EventFollower::open(
+        &client,
+        fast(slow_dir.path()).empty_commit_every(Duration::from_secs(3600)),
+    )
+    .await?;
+    let mut eager = EventFollower::open(
+        &client,
+        fast(eager_dir.path()).empty_commit_every(Duration::ZERO),
+    )
+    .await?;
+    drain(&mut slow).await?;
+    drain(&mut eager).await?;
+    let first = slow
+        .committed_block()
+        .context("the first stretch is committed")?;
+    assert_eq!(eager.committed_block(), Some(first));
+
+    chain.mine_blocks(5).await?;
+    let head = client.block_number().await?;
+    assert_eq!(head, first + 5);
+    drain(&mut slow).await?;
+    drain(&mut eager).await?;
+    assert_eq!(slow.committed_block(), Some(first), "inside the interval");
+    assert_eq!(eager.committed_block(), Some(head));
+    // Reopened, the slow one reads the uncommitted empty blocks again, and nothing else.
+    drop(slow);
+    let reopened = EventFollower::open(
+        &client,
+        fast(slow_dir.path()).empty_commit_every(Duration::from_secs(3600)),
+    )
+    .await?;
+    assert_eq!(reopened.next_block(), first + 1);
+
+    // Events are committed whatever the interval.
+    let mut slow = reopened;
+    let job = open_job(&chain, &client, &chain.client(2).await?, 2).await?;
+    let seen = follow_until(&mut slow, Duration::from_secs(10), |e| {
+        matches!(e, ChainEvent::ProviderAssigned { .. })
+    })
+    .await?;
+    assert!(seen.iter().any(|e| matches!(&e.event,
+        ChainEvent::ProviderAssigned { job_id, .. } if *job_id == job.id)));
+    let last = seen.last().context("events")?.block_number;
+    assert!(slow.committed_block() >= Some(last));
     Ok(())
 }

@@ -256,7 +256,7 @@ pub async fn follow(
         {
             return;
         }
-        if let Err(e) = follower.commit(&batch) {
+        if let Err(e) = follower.commit(&batch).await {
             emit(
                 NodeEvent::CursorNotSaved {
                     error: e.to_string(),

@@ -57,7 +57,7 @@
 //!             }
 //!             // ...execute the outputs; Output::SubmitTx { id, tx } spawns
 //!             // `chain.submit(&tx)`, and its Err becomes Input::TxFailed { id, reason }
-//!             follower.commit(&batch)?;
+//!             follower.commit(&batch).await?;
 //!         }
 //!         // gossip, timers, trainer...
 //!     }
