@@ -1447,6 +1447,7 @@ async fn restarted_follower_resumes_from_its_cursor() -> Result<()> {
     // Within one process nothing is delivered twice.
     assert!(first.poll().await?.events.is_empty());
     assert_eq!(first.committed_block(), Some(committed));
+    first.flush().await?;
     drop(first);
 
     client
@@ -1475,6 +1476,7 @@ async fn restarted_follower_resumes_from_its_cursor() -> Result<()> {
         .map(|e| e.event)
         .collect();
     assert_eq!(history, expected);
+    second.flush().await?;
     drop(second);
 
     // Third run: everything is committed, so it has nothing to say.
@@ -1502,6 +1504,7 @@ async fn restarted_follower_resumes_from_its_cursor() -> Result<()> {
         replayed.into_iter().map(|e| e.event).collect::<Vec<_>>(),
         expected
     );
+    fresh.flush().await?;
     drop(fresh);
 
     // A damaged cursor is a named error, not a panic and not a silent replay.
@@ -1841,6 +1844,7 @@ async fn empty_stretches_move_the_cursor_at_most_every_interval() -> Result<()> 
     assert_eq!(slow.committed_block(), Some(first), "inside the interval");
     assert_eq!(eager.committed_block(), Some(head));
     // Reopened, the slow one reads the uncommitted empty blocks again, and nothing else.
+    slow.flush().await?;
     drop(slow);
     let reopened = EventFollower::open(
         &client,

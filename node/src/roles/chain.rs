@@ -229,7 +229,12 @@ pub async fn follow(
     loop {
         let batch = tokio::select! {
             b = follower.next_batch() => b,
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => {
+                // The last commit's write may be in flight; a stop that cuts it off only
+                // makes the next start re-read that batch.
+                let _ = follower.flush().await;
+                return;
+            }
         };
         let batch = match batch {
             Ok(b) => b,

@@ -123,6 +123,8 @@ pub struct EventFollower {
     /// When the cursor file was last written: empty stretches move it at most every
     /// `config.empty_commit_every`.
     last_write: Option<tokio::time::Instant>,
+    /// The cursor write in flight, on a blocking thread.
+    writing: Option<tokio::task::JoinHandle<Result<(), ChainError>>>,
     restarted_from_scratch: bool,
 }
 
@@ -269,6 +271,7 @@ impl EventFollower {
             last_delivered: None,
             events_through: None,
             last_write: None,
+            writing: None,
             restarted_from_scratch: false,
         };
         if let Some(cursor) = follower.read_cursor()? {
@@ -302,7 +305,8 @@ impl EventFollower {
         self.next_block
     }
 
-    /// The last block recorded in the cursor file.
+    /// The last block committed: recorded in the cursor file, or being written there (see
+    /// [`Self::flush`]).
     pub fn committed_block(&self) -> Option<u64> {
         self.committed
     }
@@ -423,10 +427,14 @@ impl EventFollower {
     }
 
     /// Records that every event up to `batch.to_block` has been handled: a restarted
-    /// follower starts after it. Call it after feeding the batch to the machines. The file
-    /// is written (and synced) on a blocking thread: an fsync on a busy disk can take
-    /// hundreds of milliseconds, and on an async worker it would hold up everything else
-    /// that worker runs (a node's heartbeats among them).
+    /// follower starts after it. Call it after feeding the batch to the machines.
+    ///
+    /// The file is written and synced on a blocking thread, and the call returns once the
+    /// previous write is done and this one has started: an fsync on a busy disk can take
+    /// seconds (3.9 s measured while a build wrote beside the nodes), and neither the
+    /// runtime's workers (a node's heartbeats among their work) nor the next poll should wait
+    /// for it. A write that fails is reported by the next `commit` or [`Self::flush`]; until
+    /// it lands, a crash re-reads the batch, as a crash before the commit would.
     pub async fn commit(&mut self, batch: &Batch) -> Result<(), ChainError> {
         if batch.to_block < batch.from_block || self.committed >= Some(batch.to_block) {
             return Ok(());
@@ -440,12 +448,26 @@ impl EventFollower {
         };
         let text = serde_json::to_vec_pretty(&cursor)
             .map_err(|e| cursor_err(&self.path, format!("cannot encode: {e}")))?;
+        // Writes land in order: an older cursor never overwrites a newer one.
+        self.flush().await?;
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || write_atomically(&path, &text))
-            .await
-            .map_err(|e| cursor_err(&self.path, format!("the writing thread failed: {e}")))??;
+        self.writing = Some(tokio::task::spawn_blocking(move || {
+            write_atomically(&path, &text)
+        }));
         self.committed = Some(batch.to_block);
         self.last_write = Some(tokio::time::Instant::now());
+        Ok(())
+    }
+
+    /// Waits for the cursor write in flight, if any: then the file holds
+    /// [`Self::committed_block`]. Call it before handing the cursor file to another follower
+    /// (or process) that must see the last commit.
+    pub async fn flush(&mut self) -> Result<(), ChainError> {
+        if let Some(writing) = self.writing.take() {
+            writing
+                .await
+                .map_err(|e| cursor_err(&self.path, format!("the writing thread failed: {e}")))??;
+        }
         Ok(())
     }
 
