@@ -319,7 +319,15 @@ fn train_loop(
         let decided = control.decided.load(Ordering::Relaxed);
         while kept.front().is_some_and(|k| *k <= decided) {
             if let Some(old) = kept.pop_front() {
-                let _ = rt.block_on(blobs.untag_prefix(&format!("{prefix}{old}/")));
+                // Not waited for: untagging commits the store's database, and on a busy disk
+                // that sync took seconds, with the step clock already running again after the
+                // announce and no CPU wait to show for it (the client called an honest
+                // provider stalled).
+                let blobs = blobs.clone();
+                let old_states = format!("{prefix}{old}/");
+                rt.spawn(async move {
+                    let _ = blobs.untag_prefix(&old_states).await;
+                });
             }
         }
     }
