@@ -115,7 +115,11 @@ pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
 /// those honest providers; a host with cores to spare can set `--detector-floor-ms 300`.
 /// Measured again with the bench alone on the host: at 300 ms, freeze p50 298 ms but 8 honest
 /// providers failed over in 40 trials (each runtime stalled 200-300 ms, timer and swarm
-/// together); at 500 ms, the 30-minute soak with a CPU hog failed none over.
+/// together); at 500 ms, the 30-minute soak with a CPU hog failed none over. Then `perf`
+/// found every node's tokio workers blocked up to 594 ms in the chain cursor's fsync; with it
+/// on a blocking thread the 30-minute soak's longest gap was 278 ms in 34,645 (none over 300),
+/// but a soak at 300 ms still failed one honest provider over in 15 minutes (302 ms silent,
+/// early in a job), so the default stays at 500.
 pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(500);
 /// 0.001 USDC.
 pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
