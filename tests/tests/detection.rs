@@ -5,8 +5,8 @@
 //! latency (fault → the client's `provider_lost`), the time from detection until training
 //! again (the replacement starts training from the last accepted checkpoint, and it has
 //! finished its first step), each failover leg by leg, p50 / p99 / max beside the targets,
-//! and every false failover: a provider given up on that no trial touched. Figures are printed, not asserted:
-//! timing on a shared host is a measurement, not a test. Run by name:
+//! and every false failover: a provider given up on that no trial touched. Figures are
+//! printed, not asserted: timing on a shared host is a measurement, not a test. Run by name:
 //!
 //! ```text
 //! cargo build -p gpuchain
