@@ -105,22 +105,19 @@ pub const DEFAULT_MAX_BLOB_MB: u64 = 8192;
 /// default 100 ms period, while one whose heartbeats jitter (a congested mesh) widens its own
 /// margin up to this ceiling instead of being failed over.
 pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
-/// The least adaptive liveness timeout by default: five heartbeat periods. Heartbeats no
-/// longer wait for compute or for the disk: training and checking run at a lower CPU priority
-/// than the runtime that sends them (`compute`), and log lines are written by a thread of
-/// their own (`logging`). With both, the e2e suite on a loaded 2-core host saw a longest gap
-/// of 390 ms in about 2,000, and the detection bench (16 processes on 2 cores) noticed a
-/// frozen provider in 295 ms (p50) with a floor of 300, but failed six honest providers over
-/// in ten minutes, each silent for 300-310 ms while a compiler shared the cores. 500 ms keeps
-/// those honest providers; a host with cores to spare can set `--detector-floor-ms 300`.
-/// Measured again with the bench alone on the host: at 300 ms, freeze p50 298 ms but 8 honest
-/// providers failed over in 40 trials (each runtime stalled 200-300 ms, timer and swarm
-/// together); at 500 ms, the 30-minute soak with a CPU hog failed none over. Then `perf`
-/// found every node's tokio workers blocked up to 594 ms in the chain cursor's fsync; with it
-/// on a blocking thread the 30-minute soak's longest gap was 278 ms in 34,645 (none over 300),
-/// but a soak at 300 ms still failed one honest provider over in 15 minutes (302 ms silent,
-/// early in a job), so the default stays at 500.
-pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(500);
+/// The least adaptive liveness timeout by default: three heartbeat periods, so a frozen
+/// provider with a steady rhythm is noticed in 0.3 s. What lets it be that tight on a host
+/// whose cores all train: training and checking run at a lower CPU priority than the runtime
+/// that sends heartbeats (`compute`); log lines are written by a thread of their own
+/// (`logging`); the chain cursor is synced on a blocking thread (an fsync held every node's
+/// runtime for up to 0.6 s); a client whose own timer fired late reads what arrived before
+/// judging, and a provider's heartbeats never wait for that (`roles::late_timer`). Before the
+/// last two, a 300 ms floor failed honest providers over (six in ten minutes of the detection
+/// bench, one in a 15-minute soak), so the default was 500. With them, the 30-minute soak (16
+/// processes on 2 cores, two jobs training, a CPU hog) failed none over at 300: 34,624 gaps,
+/// p99 123 ms, one over 300 ms. An oversubscribed host with honest silences longer than that
+/// can raise it (`--detector-floor-ms 500`).
+pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(300);
 /// 0.001 USDC.
 pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
 /// USDC's decimals: amounts on the command line are in whole tokens.

@@ -222,9 +222,32 @@ impl Roles {
         }
     }
 
+    /// The provider's and the verifier's timers, not the client's: a driver that holds back
+    /// the client's verdicts on silence for a moment (the node does when its own timer fired
+    /// late, until it has read what arrived meanwhile) must not hold back this node's own
+    /// heartbeats with them.
+    pub fn handle_timeout_except_client(&mut self, now: Time) {
+        let [_, provider, verifier] = self.machines();
+        for m in [provider, verifier].into_iter().flatten() {
+            m.handle_timeout(now);
+        }
+    }
+
     /// The earliest of the machines' timeouts.
     pub fn poll_timeout(&self) -> Option<Time> {
-        let c = self.client.as_deref().and_then(StateMachine::poll_timeout);
+        [self.client_timeout(), self.timeout_except_client()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The client's timeout alone (see [`Roles::handle_timeout_except_client`]).
+    pub fn client_timeout(&self) -> Option<Time> {
+        self.client.as_deref().and_then(StateMachine::poll_timeout)
+    }
+
+    /// The earliest of the provider's and the verifier's timeouts.
+    pub fn timeout_except_client(&self) -> Option<Time> {
         let p = self
             .provider
             .as_deref()
@@ -233,7 +256,7 @@ impl Roles {
             .verifier
             .as_deref()
             .and_then(StateMachine::poll_timeout);
-        [c, p, v].into_iter().flatten().min()
+        [p, v].into_iter().flatten().min()
     }
 
     pub fn poll_output(&mut self) -> Option<Output> {

@@ -14,7 +14,7 @@ use gpuchain_protocol::roles::{RoleConfigs, Roles};
 use gpuchain_protocol::topics::{heartbeat_topic, job_topic};
 use gpuchain_protocol::{
     Address, Checked, Client, ClientConfig, EscrowDomain, Hash, IgnoreReason, Input, JobSpec,
-    Message, Output, Provider, ProviderConfig, RejectReason, Scheme, Sig65, SigningKey,
+    Message, Notice, Output, Provider, ProviderConfig, RejectReason, Scheme, Sig65, SigningKey,
     StateMachine, Time, U256, Verdict, Verifier, VerifierConfig,
 };
 
@@ -444,6 +444,46 @@ fn the_timeout_is_the_earliest_of_the_machines() {
     drain(&mut roles);
     let next = roles.poll_timeout().unwrap();
     assert_eq!(next, t(1_600), "the provider's next heartbeat comes first");
+}
+
+#[test]
+fn the_client_timer_can_be_held_while_the_others_run() {
+    let k = keys();
+    let mut roles = Roles::new(all_roles(), &k.node);
+    // As above: the client's bid window ends at 1,500 ms, the provider heartbeats every 100.
+    roles.handle_input(t(1_000), chain(created(1, &k.node, &[&k.verifier])));
+    roles.handle_input(t(1_000), chain(drawn(1, &k.node, &[&k.verifier])));
+    roles.handle_input(t(1_000), chain(created(2, &k.client, &[&k.verifier])));
+    roles.handle_input(t(1_000), chain(drawn(2, &k.client, &[&k.verifier])));
+    roles.handle_input(t(1_000), chain(assigned(2, 1, &k.node, 0, Hash::ZERO)));
+    drain(&mut roles);
+    assert_eq!(roles.client_timeout(), Some(t(1_500)));
+    assert_eq!(roles.timeout_except_client(), Some(t(1_100)));
+
+    // Late past both: the provider heartbeats, the client's window is left for later.
+    roles.handle_timeout_except_client(t(1_550));
+    let outs = drain(&mut roles);
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, Output::Publish { message: Message::Heartbeat(_), .. })),
+        "the provider's timer ran: {outs:?}"
+    );
+    assert!(
+        !outs.iter().any(|o| matches!(o, Output::Notice(_))),
+        "the client's timer did not: {outs:?}"
+    );
+    assert_eq!(roles.client_timeout(), Some(t(1_500)), "still due");
+    assert_eq!(roles.timeout_except_client(), Some(t(1_650)));
+    assert_eq!(roles.poll_timeout(), Some(t(1_500)));
+
+    // Released, the client's window ends as it would have: no bids.
+    roles.handle_timeout(t(1_650));
+    let outs = drain(&mut roles);
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, Output::Notice(Notice::NoUsableBids { .. }))),
+        "the client's timer ran: {outs:?}"
+    );
 }
 
 #[test]

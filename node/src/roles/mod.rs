@@ -8,6 +8,7 @@ pub mod chain;
 pub mod ctx;
 pub mod handle;
 pub mod jobs;
+pub mod late_timer;
 pub mod record;
 pub mod text_job;
 pub mod train;
@@ -15,7 +16,7 @@ pub mod verify;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Result, anyhow};
 use gpuchain_protocol::client::{ClientConfig, JobParams};
@@ -34,6 +35,7 @@ use gpuchain_protocol::faults::ClientFault;
 use gpuchain_protocol::roles::{RoleConfigs, Roles};
 use handle::RolesHandle;
 use jobs::JobLibrary;
+use late_timer::{Fire, LateTimer};
 
 pub struct RoleRuntime {
     origin: Instant,
@@ -49,21 +51,11 @@ pub struct RoleRuntime {
     starved_reported: u64,
     pending_create: HashMap<TxId, oneshot::Sender<Result<SubmitReply>>>,
     fault: Option<Fault>,
-    /// How long a late timer waits for what arrived meanwhile (one heartbeat period).
-    catch_up: Duration,
-    /// Set while a late timer waits: the machines' timeout runs at this instant instead.
-    held_until: Option<tokio::time::Instant>,
+    /// Holds the client's verdicts when the timer fired late (one heartbeat period).
+    late_timer: LateTimer,
     /// Specs kept in the data dir (see [`RoleRuntime::keep_on_disk`]).
     saved_specs: std::collections::HashSet<gpuchain_protocol::Hash>,
 }
-
-/// A timer that fires this much after its deadline means this process was not running for a
-/// while (a host too loaded to schedule it, a paused VM, a debugger): every provider then
-/// looks silent at once, while their heartbeats wait unread in its sockets and queues.
-/// Deciding on that silence would fail honest providers over, so a late timer first waits
-/// [`RoleRuntime::catch_up`] for the swarm to deliver what came in. A frozen provider is
-/// still noticed: its silence outlasts the wait, which only a late timer pays.
-const LATE_TIMER: Duration = Duration::from_millis(20);
 
 impl RoleRuntime {
     pub fn now(&self) -> Time {
@@ -145,8 +137,7 @@ impl RoleRuntime {
             starved_reported: 0,
             pending_create: HashMap::new(),
             fault: config.fault,
-            catch_up: config.heartbeat_period,
-            held_until: None,
+            late_timer: LateTimer::new(config.heartbeat_period),
             saved_specs,
         };
         (rt, RolesHandle::new(tx))
@@ -162,11 +153,16 @@ impl RoleRuntime {
             for out in self.drain() {
                 self.execute(out).await;
             }
-            let deadline = self.machines.poll_timeout().map(|t| {
-                let wait = t.since(self.now());
-                let due = tokio::time::Instant::now() + wait;
-                self.held_until.map_or(due, |h| due.max(h))
-            });
+            let now = self.now();
+            let deadline = [
+                self.late_timer
+                    .client_deadline(self.machines.client_timeout()),
+                self.machines.timeout_except_client(),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| tokio::time::Instant::now() + t.since(now));
             tokio::select! {
                 ev = self.rx.recv() => match ev {
                     Some(ev) => self.on_event(ev),
@@ -185,7 +181,7 @@ impl RoleRuntime {
                     while let Ok(ev) = self.inbound.try_recv() {
                         self.on_inbound(ev);
                     }
-                    self.on_timer(deadline);
+                    self.on_timer();
                 }
                 changed = self.shutdown.changed() => {
                     if changed.is_err() || *self.shutdown.borrow() {
@@ -212,19 +208,9 @@ impl RoleRuntime {
         }
     }
 
-    /// The machines' timeout, unless the timer fired late: then the swarm first gets
-    /// [`LATE_TIMER`]'s catch-up to deliver what arrived while this process was not running.
-    fn on_timer(&mut self, deadline: Option<tokio::time::Instant>) {
-        let fired = tokio::time::Instant::now();
-        let late = deadline.map_or(Duration::ZERO, |d| fired.saturating_duration_since(d));
-        if self.held_until.take().is_none() && late > LATE_TIMER {
-            tracing::debug!(
-                late_ms = late.as_millis() as u64,
-                "timer fired late: hearing what arrived meanwhile before any verdict"
-            );
-            self.held_until = Some(fired + self.catch_up);
-            return;
-        }
+    /// The machines' timeouts; a late one of the client's waits for a catch-up first
+    /// (see [`late_timer`]).
+    fn on_timer(&mut self) {
         let now = self.now();
         // Fresh before each heartbeat the timer may send: a host that starves its trainer
         // says so, and the client gives it that much more time for its step.
@@ -236,7 +222,10 @@ impl RoleRuntime {
                     .handle_input(now, Input::ComputeStarved { total_ms });
             }
         }
-        self.machines.handle_timeout(now);
+        match self.late_timer.on_fire(now, self.machines.client_timeout()) {
+            Fire::All => self.machines.handle_timeout(now),
+            Fire::AllButClient => self.machines.handle_timeout_except_client(now),
+        }
     }
 
     fn on_inbound(&mut self, ev: Inbound) {

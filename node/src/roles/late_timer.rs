@@ -1,0 +1,121 @@
+//! What the node does when its timer fires late. A timer that fires well after its deadline
+//! means this process was not running for a while (a host too loaded to schedule it, a paused
+//! VM, a debugger): every provider the client watches then looks silent at once, while their
+//! heartbeats wait unread in its sockets and queues. Deciding on that silence would fail
+//! honest providers over, so the client's verdicts wait [`LateTimer::catch_up`] for the swarm
+//! to deliver what came in. A frozen provider is still noticed: its silence outlasts the wait,
+//! which only a late timer pays.
+//!
+//! Only the client waits. The node's provider sends its heartbeats on the same timer, and
+//! holding them too would turn every late timer of a loaded provider into a gap a whole
+//! catch-up longer, the kind of gap that gets an honest provider failed over.
+
+use std::time::Duration;
+
+use gpuchain_protocol::Time;
+
+/// A client deadline this far behind when the timer fires starts a catch-up.
+pub const LATE: Duration = Duration::from_millis(20);
+
+/// Which machines' timers run now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fire {
+    All,
+    /// The client's verdicts wait for the catch-up; the provider and verifier run.
+    AllButClient,
+}
+
+#[derive(Debug)]
+pub struct LateTimer {
+    /// How long a late client deadline waits for what arrived meanwhile.
+    catch_up: Duration,
+    held_until: Option<Time>,
+}
+
+impl LateTimer {
+    pub fn new(catch_up: Duration) -> Self {
+        LateTimer {
+            catch_up,
+            held_until: None,
+        }
+    }
+
+    /// When the client's timer should fire: its deadline, or the end of a catch-up.
+    pub fn client_deadline(&self, due: Option<Time>) -> Option<Time> {
+        due.map(|d| self.held_until.map_or(d, |h| d.max(h)))
+    }
+
+    /// The timer fired at `now`; `client_due` is the client's deadline.
+    pub fn on_fire(&mut self, now: Time, client_due: Option<Time>) -> Fire {
+        let Some(due) = client_due.filter(|d| *d <= now) else {
+            // Nothing of the client's is due (a heartbeat moved its deadline on): a later late
+            // timer gets a catch-up of its own.
+            self.held_until = None;
+            return Fire::All;
+        };
+        match self.held_until {
+            Some(h) if now < h => Fire::AllButClient,
+            Some(_) => {
+                self.held_until = None;
+                Fire::All
+            }
+            None if now.since(due) > LATE => {
+                tracing::debug!(
+                    late_ms = now.since(due).as_millis() as u64,
+                    "timer fired late: hearing what arrived meanwhile before any verdict"
+                );
+                self.held_until = Some(now.saturating_add(self.catch_up));
+                Fire::AllButClient
+            }
+            None => Fire::All,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: u64) -> Time {
+        Time::from_millis(ms)
+    }
+
+    #[test]
+    fn a_punctual_timer_runs_everything() {
+        let mut l = LateTimer::new(Duration::from_millis(100));
+        assert_eq!(l.on_fire(t(1_010), Some(t(1_000))), Fire::All);
+        assert_eq!(l.on_fire(t(1_010), None), Fire::All);
+        assert_eq!(l.client_deadline(Some(t(2_000))), Some(t(2_000)));
+    }
+
+    #[test]
+    fn a_late_client_deadline_waits_one_catch_up_and_no_more() {
+        let mut l = LateTimer::new(Duration::from_millis(100));
+        assert_eq!(l.on_fire(t(1_300), Some(t(1_000))), Fire::AllButClient);
+        assert_eq!(l.client_deadline(Some(t(1_000))), Some(t(1_400)));
+        // The provider's next heartbeat falls inside the catch-up: it goes out, the client waits.
+        assert_eq!(l.on_fire(t(1_350), Some(t(1_000))), Fire::AllButClient);
+        // The catch-up is over: the verdict is made, however late the timer is by now.
+        assert_eq!(l.on_fire(t(1_400), Some(t(1_000))), Fire::All);
+        assert_eq!(l.client_deadline(Some(t(1_000))), Some(t(1_000)));
+    }
+
+    #[test]
+    fn a_heartbeat_heard_during_the_catch_up_ends_it() {
+        let mut l = LateTimer::new(Duration::from_millis(100));
+        assert_eq!(l.on_fire(t(1_300), Some(t(1_000))), Fire::AllButClient);
+        // The swarm delivered the heartbeat; the client's deadline moved on.
+        assert_eq!(l.on_fire(t(1_320), Some(t(1_550))), Fire::All);
+        assert_eq!(l.client_deadline(Some(t(1_550))), Some(t(1_550)));
+        // Its next late deadline gets a catch-up of its own.
+        assert_eq!(l.on_fire(t(1_700), Some(t(1_550))), Fire::AllButClient);
+    }
+
+    #[test]
+    fn only_the_clients_lateness_counts() {
+        let mut l = LateTimer::new(Duration::from_millis(100));
+        // The provider's heartbeat timer was late, the client has nothing due: no catch-up.
+        assert_eq!(l.on_fire(t(1_300), Some(t(5_000))), Fire::All);
+        assert_eq!(l.client_deadline(Some(t(5_000))), Some(t(5_000)));
+    }
+}
