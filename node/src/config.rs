@@ -105,19 +105,21 @@ pub const DEFAULT_MAX_BLOB_MB: u64 = 8192;
 /// default 100 ms period, while one whose heartbeats jitter (a congested mesh) widens its own
 /// margin up to this ceiling instead of being failed over.
 pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
-/// The least adaptive liveness timeout by default: three heartbeat periods, so a frozen
-/// provider with a steady rhythm is noticed in 0.3 s. What lets it be that tight on a host
-/// whose cores all train: training and checking run at a lower CPU priority than the runtime
-/// that sends heartbeats (`compute`); log lines are written by a thread of their own
-/// (`logging`); the chain cursor is synced on a blocking thread (an fsync held every node's
-/// runtime for up to 0.6 s); a client whose own timer fired late reads what arrived before
-/// judging, and a provider's heartbeats never wait for that (`roles::late_timer`). Before the
-/// last two, a 300 ms floor failed honest providers over (six in ten minutes of the detection
-/// bench, one in a 15-minute soak), so the default was 500. With them, the 30-minute soak (16
-/// processes on 2 cores, two jobs training, a CPU hog) failed none over at 300: 34,624 gaps,
-/// p99 123 ms, one over 300 ms. An oversubscribed host with honest silences longer than that
-/// can raise it (`--detector-floor-ms 500`).
-pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(300);
+/// The least adaptive liveness timeout by default: five heartbeat periods. What keeps
+/// heartbeats on time on a host whose cores all train: training and checking run at a lower
+/// CPU priority than the runtime that sends them (`compute`); log lines are written by a
+/// thread of their own (`logging`); the chain cursor is synced on a blocking thread (an fsync
+/// held every node's runtime for up to 0.6 s); a provider's heartbeats never wait for the
+/// client's catch-up, and the client judges silence only after its swarm has handed over
+/// what it had (`roles::late_timer`). With all of them, at a 300 ms floor on 2 cores running
+/// 16 processes: the 30-minute soak (two jobs training, a CPU hog) failed no honest provider
+/// over in 34,624 heartbeat gaps (p99 123 ms, one over 300), and the detection bench none in
+/// 54 trials (7 in 55 before the swarm handover). But there a frozen provider was noticed in
+/// 294, 312 and 329 ms (p50 of three runs of 18), not reliably under 0.3 s, and a 300 ms
+/// floor leaves a provider on a real network less than one TCP retransmission (at least
+/// 200 ms on Linux) of margin over two heartbeat periods. So the default stays 500; a client
+/// whose providers sit on a quiet network can set `--detector-floor-ms 300`.
+pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(500);
 /// 0.001 USDC.
 pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
 /// USDC's decimals: amounts on the command line are in whole tokens.

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use iroh::EndpointId;
 use libp2p::core::ConnectedPoint;
 use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance};
@@ -48,6 +48,9 @@ const LATENCY_WINDOW_US: u64 = 60_000_000;
 /// And in any case this often, so late joiners and lost messages are covered.
 const HELLO_PERIOD: Duration = Duration::from_secs(30);
 const HOUSEKEEPING: Duration = Duration::from_millis(100);
+/// The most swarm events one `Sync` handles before replying: a backlog of a few seconds of
+/// heartbeats from every watched provider, and a bound on the wait.
+const CATCH_UP_EVENTS: usize = 1_000;
 
 #[derive(Debug)]
 pub enum Command {
@@ -96,6 +99,10 @@ pub enum Command {
         ticket: GossipTicket,
         verdict: gpuchain_protocol::validation::Verdict,
     },
+    /// Replies once the swarm has handled every event it already had ready: a caller about
+    /// to act on silence first hears what reached this node meanwhile (see
+    /// `roles::late_timer`), and the time the reply took says how far behind the swarm was.
+    Sync(oneshot::Sender<()>),
     /// Testnets only: refuse and disconnect these peers (`blocked`), or take them back; a
     /// blocked peer is no blob source either.
     Partition {
@@ -242,7 +249,7 @@ impl<V: GossipValidator> EventLoop<V> {
             tokio::select! {
                 event = self.swarm.select_next_some() => self.on_swarm_event(event)?,
                 cmd = self.commands.recv() => match cmd {
-                    Some(cmd) => self.on_command(cmd),
+                    Some(cmd) => self.on_command(cmd)?,
                     None => break,
                 },
                 _ = heartbeat.tick(), if !self.heartbeat_topics.is_empty() => self.publish_heartbeats(),
@@ -385,9 +392,24 @@ impl<V: GossipValidator> EventLoop<V> {
         }
     }
 
-    fn on_command(&mut self, cmd: Command) {
+    /// Handles the swarm events that are ready now, at most [`CATCH_UP_EVENTS`] of them.
+    fn catch_up(&mut self) -> Result<()> {
+        for _ in 0..CATCH_UP_EVENTS {
+            match self.swarm.next().now_or_never() {
+                Some(Some(event)) => self.on_swarm_event(event)?,
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn on_command(&mut self, cmd: Command) -> Result<()> {
         // A dropped reply receiver only means the caller gave up waiting.
         match cmd {
+            Command::Sync(reply) => {
+                self.catch_up()?;
+                let _ = reply.send(());
+            }
             Command::Status(reply) => {
                 let _ = reply.send(self.status());
             }
@@ -454,6 +476,7 @@ impl<V: GossipValidator> EventLoop<V> {
                 let _ = reply.send(());
             }
         }
+        Ok(())
     }
 
     fn peers_of(&self, address: Address) -> Vec<PeerId> {

@@ -67,6 +67,11 @@ impl NodeHandle {
             .await?
     }
 
+    /// Returns once the swarm has handled what it already had ready (see `Command::Sync`).
+    pub async fn sync(&self) -> Result<()> {
+        self.ask(Command::Sync).await
+    }
+
     pub async fn subscribe(&self, topic: String) -> Result<()> {
         self.ask(|reply| Command::Subscribe { topic, reply })
             .await?

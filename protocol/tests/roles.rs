@@ -464,8 +464,13 @@ fn the_client_timer_can_be_held_while_the_others_run() {
     roles.handle_timeout_except_client(t(1_550));
     let outs = drain(&mut roles);
     assert!(
-        outs.iter()
-            .any(|o| matches!(o, Output::Publish { message: Message::Heartbeat(_), .. })),
+        outs.iter().any(|o| matches!(
+            o,
+            Output::Publish {
+                message: Message::Heartbeat(_),
+                ..
+            }
+        )),
         "the provider's timer ran: {outs:?}"
     );
     assert!(

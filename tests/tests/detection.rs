@@ -15,7 +15,7 @@
 //!
 //! `GPUCHAIN_DETECTION_TRIALS` sets the trials per kind (default 20);
 //! `GPUCHAIN_DETECTION_KINDS` the kinds (default `kill,freeze,hang`);
-//! `GPUCHAIN_DETECTION_FLOOR_MS=500` measures the client with a 500 ms liveness floor (the
+//! `GPUCHAIN_DETECTION_FLOOR_MS=300` measures the client with a 300 ms liveness floor (the
 //! harness keeps the caller's `GPUCHAIN_*` settings from the nodes, so the bench passes it as
 //! `--detector-floor-ms`). The soak reads it too.
 //!

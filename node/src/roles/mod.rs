@@ -174,6 +174,16 @@ impl RoleRuntime {
                     None => break,
                 },
                 () = sleep_until(deadline) => {
+                    // Before the client judges silence, the swarm hands over what it already
+                    // had (a swarm busy with something else holds heartbeats that have
+                    // arrived), and how long that took says whether it was behind.
+                    let lag = if self.client_due() {
+                        let asked = Instant::now();
+                        let _ = self.ctx.handle.sync().await;
+                        asked.elapsed()
+                    } else {
+                        std::time::Duration::ZERO
+                    };
                     // `select!` picks among ready branches at random: a heartbeat already
                     // waiting when the timer fires would lose the draw half the time and its
                     // provider be failed over for a beat that had arrived. What came in by
@@ -181,7 +191,7 @@ impl RoleRuntime {
                     while let Ok(ev) = self.inbound.try_recv() {
                         self.on_inbound(ev);
                     }
-                    self.on_timer();
+                    self.on_timer(lag);
                 }
                 changed = self.shutdown.changed() => {
                     if changed.is_err() || *self.shutdown.borrow() {
@@ -210,7 +220,14 @@ impl RoleRuntime {
 
     /// The machines' timeouts; a late one of the client's waits for a catch-up first
     /// (see [`late_timer`]).
-    fn on_timer(&mut self) {
+    fn client_due(&self) -> bool {
+        self.machines
+            .client_timeout()
+            .is_some_and(|t| t <= self.now())
+    }
+
+    /// `lag`: how long the swarm took to hand over what it had ready.
+    fn on_timer(&mut self, lag: std::time::Duration) {
         let now = self.now();
         // Fresh before each heartbeat the timer may send: a host that starves its trainer
         // says so, and the client gives it that much more time for its step.
@@ -222,7 +239,10 @@ impl RoleRuntime {
                     .handle_input(now, Input::ComputeStarved { total_ms });
             }
         }
-        match self.late_timer.on_fire(now, self.machines.client_timeout()) {
+        match self
+            .late_timer
+            .on_fire(now, self.machines.client_timeout(), lag)
+        {
             Fire::All => self.machines.handle_timeout(now),
             Fire::AllButClient => self.machines.handle_timeout_except_client(now),
         }
