@@ -115,10 +115,11 @@ pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
 /// 16 processes: the 30-minute soak (two jobs training, a CPU hog) failed no honest provider
 /// over in 34,624 heartbeat gaps (p99 123 ms, one over 300), and the detection bench none in
 /// 54 trials (7 in 55 before the swarm handover). But there a frozen provider was noticed in
-/// 294, 312 and 329 ms (p50 of three runs of 18), not reliably under 0.3 s, and a 300 ms
-/// floor leaves a provider on a real network less than one TCP retransmission (at least
-/// 200 ms on Linux) of margin over two heartbeat periods. So the default stays 500; a client
-/// whose providers sit on a quiet network can set `--detector-floor-ms 300`.
+/// 294, 312 and 329 ms (p50 of three runs of 18), not reliably under 0.3 s; and on a real
+/// network a heartbeat held back by one TCP retransmission (at least 200 ms on Linux) comes
+/// a period plus that after the one before it, the whole of a 300 ms floor. So the default
+/// stays 500; a client whose providers sit on a quiet network can set
+/// `--detector-floor-ms 300`.
 pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(500);
 /// 0.001 USDC.
 pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
