@@ -153,6 +153,10 @@ pub struct FaultSection {
     pub watch: Option<String>,
     /// `true`: fire once the fault's node has exited on its own (a crash), e.g. to restart it.
     pub at_exit: Option<bool>,
+    /// With any trigger: hold the fault until the escrow has accepted a checkpoint at this
+    /// step or later, so "kill mid-interval after an accepted checkpoint" does not depend on
+    /// how fast the verifiers check on a loaded machine.
+    pub once_accepted: Option<u64>,
     pub action: Action,
     /// The node it acts on; none for the chain's actions.
     pub node: Option<String>,
@@ -580,7 +584,8 @@ async fn play(
                     None => false,
                 }
                 || (f.at_exit == Some(true) && !net.node(f.target())?.is_running());
-            if !due {
+            let accepted = f.once_accepted.is_none_or(|a| v.lastAcceptedStep >= a);
+            if !due || !accepted {
                 i += 1;
                 continue;
             }
