@@ -218,15 +218,16 @@ impl RoleRuntime {
         }
     }
 
-    /// The machines' timeouts; a late one of the client's waits for a catch-up first
-    /// (see [`late_timer`]).
+    /// Whether a deadline of the client's has passed: only then may a verdict on silence be
+    /// near, and the swarm is asked to hand over what it has first.
     fn client_due(&self) -> bool {
         self.machines
             .client_timeout()
             .is_some_and(|t| t <= self.now())
     }
 
-    /// `lag`: how long the swarm took to hand over what it had ready.
+    /// The machines' timeouts; a late one of the client's waits for a catch-up first (see
+    /// [`late_timer`]). `lag`: how long the swarm took to hand over what it had ready.
     fn on_timer(&mut self, lag: std::time::Duration) {
         let now = self.now();
         // Fresh before each heartbeat the timer may send: a host that starves its trainer
