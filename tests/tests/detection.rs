@@ -13,6 +13,14 @@
 //! cargo test -p gpuchain-e2e --test detection -- --ignored --nocapture detection_latency
 //! ```
 //!
+//! A kill or a freeze strikes at a random moment within a heartbeat period (seeded; the seed
+//! is printed and `GPUCHAIN_DETECTION_SEED` replays it), as a real fault does: the bench
+//! decides to strike when a heartbeat's log line shows the job ready, so without it every
+//! fault came right after a heartbeat, the worst moment, and the latency measured the whole
+//! liveness floor. The report also prints the silence the client judged on (its last
+//! heartbeat from the victim → the verdict): that is the latency of a fault at the worst
+//! moment.
+//!
 //! `GPUCHAIN_DETECTION_TRIALS` sets the trials per kind (default 20);
 //! `GPUCHAIN_DETECTION_KINDS` the kinds (default `kill,freeze,hang`);
 //! `GPUCHAIN_DETECTION_FLOOR_MS=300` measures the client with a 300 ms liveness floor (the
@@ -42,6 +50,8 @@ use gpuchain_testnet::{
     Address, ChainOpts, JobSubmission, LogTail, Logged, NodeEvent, Testnet, U256, USDC, after,
     binary, event_is,
 };
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
 const PROVIDERS: usize = 12;
@@ -52,6 +62,9 @@ const ACTIVE_JOBS: usize = 2;
 /// used for trials well before it runs out of providers.
 const TRIALS_PER_JOB: usize = 6;
 const STEPS: u64 = 120;
+/// The nodes' heartbeat period (their default): a kill or a freeze strikes at a uniformly
+/// random moment within one.
+const HEARTBEAT_PERIOD: Duration = Duration::from_millis(100);
 /// Where in an interval a fault strikes (the step the client last heard): more than three
 /// steps from a checkpoint on either side, as in every run of this bench so far, so figures
 /// stay comparable (the stall rule no longer widens near a checkpoint, only while the
@@ -113,6 +126,8 @@ struct Trial {
     epoch: u64,
     victim: String,
     detect: Duration,
+    /// The victim's last heartbeat → the verdict, as the client reported it.
+    silent: Duration,
     /// Fault → the replacement's first step; `None` when no replacement trained within a minute.
     again: Option<Duration>,
     reason: String,
@@ -407,6 +422,16 @@ async fn until<T>(
 async fn detection_latency_of_kill_freeze_and_hang() -> Result<()> {
     let per_kind = trials_per_kind();
     let kinds = Kind::chosen()?;
+    let seed = match std::env::var("GPUCHAIN_DETECTION_SEED") {
+        Ok(s) => s
+            .parse::<u64>()
+            .with_context(|| format!("GPUCHAIN_DETECTION_SEED: {s:?} is not a number"))?,
+        Err(_) => SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)?
+            .as_nanos() as u64,
+    };
+    println!("[detection] seed {seed} (GPUCHAIN_DETECTION_SEED={seed} replays the fault phases)");
+    let mut phases = ChaCha8Rng::seed_from_u64(seed);
     let (mut net, names, job_file, mut view) = start_watched("bench-detection").await?;
     let mut trials: Vec<Trial> = Vec::new();
     let mut in_trial: Vec<String> = Vec::new();
@@ -429,7 +454,10 @@ async fn detection_latency_of_kill_freeze_and_hang() -> Result<()> {
         let ready = in_trial.iter().find(|j| {
             view.jobs.get(*j).is_some_and(|v| {
                 let s = v.step();
+                // An epoch whose provider the client already gave up (its replacement not
+                // yet assigned) has nothing left to detect.
                 !v.done
+                    && view.lost_in(j, v.epoch).is_none()
                     && v.beats.len() >= SETTLED_HEARTBEATS
                     && v.advances().len() >= SETTLED_STEPS
                     && away_from_checkpoints(kind_next).contains(&(s % INTERVAL))
@@ -449,6 +477,10 @@ async fn detection_latency_of_kill_freeze_and_hang() -> Result<()> {
             let v = &view.jobs[&job];
             (v.epoch, names[&v.provider].clone(), v.step_time())
         };
+        if kind != Kind::Hang {
+            let phase = phases.random_range(0..HEARTBEAT_PERIOD.as_micros() as u64);
+            tokio::time::sleep(Duration::from_micros(phase)).await;
+        }
         let t0 = match kind {
             Kind::Kill => net.kill9(&victim)?,
             Kind::Freeze => {
@@ -559,7 +591,12 @@ async fn detection_latency_of_kill_freeze_and_hang() -> Result<()> {
             }
             _ => None,
         };
-        let NodeEvent::ProviderLost { reason, .. } = &lost.event else {
+        let NodeEvent::ProviderLost {
+            reason,
+            silent_for_ms,
+            ..
+        } = &lost.event
+        else {
             bail!("not a provider_lost: {lost:?}");
         };
         let trial = Trial {
@@ -568,6 +605,7 @@ async fn detection_latency_of_kill_freeze_and_hang() -> Result<()> {
             epoch,
             victim: victim.clone(),
             detect: lost.at.duration_since(t0).unwrap_or_default(),
+            silent: Duration::from_millis(*silent_for_ms),
             again,
             reason: reason.clone(),
             step_time,
@@ -641,8 +679,19 @@ fn report(trials: &[Trial], view: &ClientView, names: &HashMap<String, String>) 
         trials.len()
     );
     println!(
-        "{:<7} {:>3} {:>10} {:>6} {:>6} {:>10} {:>6} {:>10} {:>6} {:>14}",
-        "fault", "n", "detect p50", "p99", "max", "start p50", "p99", "step p50", "p99", "reasons"
+        "{:<7} {:>3} {:>10} {:>6} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>14}",
+        "fault",
+        "n",
+        "detect p50",
+        "p99",
+        "max",
+        "silent p50",
+        "p99",
+        "start p50",
+        "p99",
+        "step p50",
+        "p99",
+        "reasons"
     );
     for kind in Kind::ALL {
         let of: Vec<&Trial> = trials.iter().filter(|t| t.kind == kind).collect();
@@ -650,6 +699,8 @@ fn report(trials: &[Trial], view: &ClientView, names: &HashMap<String, String>) 
             continue;
         }
         let mut detect: Vec<Duration> = of.iter().map(|t| t.detect).collect();
+        let mut silent: Vec<Duration> = of.iter().map(|t| t.silent).collect();
+        silent.sort();
         let mut again: Vec<Duration> = of
             .iter()
             .filter_map(|t| t.again.map(|a| a.saturating_sub(t.detect)))
@@ -667,12 +718,14 @@ fn report(trials: &[Trial], view: &ClientView, names: &HashMap<String, String>) 
         }
         let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("{r}×{n}")).collect();
         println!(
-            "{:<7} {:>3} {:>10} {:>6} {:>6} {:>10} {:>6} {:>10} {:>6} {:>14}",
+            "{:<7} {:>3} {:>10} {:>6} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>14}",
             format!("{kind:?}").to_lowercase(),
             of.len(),
             ms(percentile(&detect, 0.5)),
             ms(percentile(&detect, 0.99)),
             ms(detect.last().copied().unwrap_or_default()),
+            ms(percentile(&silent, 0.5)),
+            ms(percentile(&silent, 0.99)),
             ms(percentile(&started, 0.5)),
             ms(percentile(&started, 0.99)),
             ms(percentile(&again, 0.5)),
@@ -681,7 +734,8 @@ fn report(trials: &[Trial], view: &ClientView, names: &HashMap<String, String>) 
         );
     }
     println!(
-        "(ms from detection: 'start' until the replacement starts training from the last \
+        "('silent': the victim's last heartbeat at the client until the verdict, the latency \
+         of a fault just after a heartbeat; ms from detection: 'start' until the replacement starts training from the last \
          accepted checkpoint, 'step' until it has finished its first step, one step time later)"
     );
     let paths: Vec<[Duration; 5]> = trials
