@@ -105,22 +105,28 @@ pub const DEFAULT_MAX_BLOB_MB: u64 = 8192;
 /// default 100 ms period, while one whose heartbeats jitter (a congested mesh) widens its own
 /// margin up to this ceiling instead of being failed over.
 pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
-/// The least adaptive liveness timeout by default: five heartbeat periods. What keeps
-/// heartbeats on time on a host whose cores all train: training and checking run at a lower
-/// CPU priority than the runtime that sends them (`compute`); log lines are written by a
-/// thread of their own (`logging`); the chain cursor is synced on a blocking thread (an fsync
-/// held every node's runtime for up to 0.6 s); a provider's heartbeats never wait for the
-/// client's catch-up, and the client judges silence only after its swarm has handed over
-/// what it had (`roles::late_timer`). With all of them, at a 300 ms floor on 2 cores running
-/// 16 processes: the 30-minute soak (two jobs training, a CPU hog) failed no honest provider
-/// over in 34,624 heartbeat gaps (p99 123 ms, one over 300), and the detection bench none in
-/// 54 trials (7 in 55 before the swarm handover). But there a frozen provider was noticed in
-/// 294, 312 and 329 ms (p50 of three runs of 18), not reliably under 0.3 s; and on a real
-/// network a heartbeat held back by one TCP retransmission (at least 200 ms on Linux) comes
-/// a period plus that after the one before it, the whole of a 300 ms floor. So the default
-/// stays 500; a client whose providers sit on a quiet network can set
-/// `--detector-floor-ms 300`.
-pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(500);
+/// The least adaptive liveness timeout by default: three heartbeat periods, one lost
+/// heartbeat and a period of margin. What keeps heartbeats on time on a host whose cores all
+/// train: training and checking run at a lower CPU priority than the runtime that sends them
+/// (`compute`); log lines are written by a thread of their own (`logging`); the chain cursor
+/// is synced on a blocking thread (an fsync held every node's runtime for up to 0.6 s); a
+/// provider's heartbeats never wait for the client's catch-up, and the client judges silence
+/// only after its swarm has handed over what it had (`roles::late_timer`). With all of them,
+/// at this floor on 2 cores running 16 processes, the 30-minute soak (two jobs training, a
+/// CPU hog) failed no honest provider over in 34,624 heartbeat gaps (p99 123 ms, one over
+/// 300), and the detection bench none in 234 trials over six runs.
+///
+/// On a network, a heartbeat lost and resent (Linux TCP's RACK resends it once the next
+/// one's acknowledgement shows the loss) comes about two periods and a round trip after the
+/// one before it. With half a period to spare, this floor covers round trips up to 40 ms;
+/// for a provider further away the client raises its floor to that gap and half a period
+/// (`one_loss_gap` in the protocol's detector), from the least round trip ping has measured.
+///
+/// It was 500 while the bench struck each fault right after a heartbeat (it decided when a
+/// heartbeat's log line showed the job ready), the moment at which a freeze costs the whole
+/// floor; struck at a random moment, a freeze is noticed in 287–288 ms (p50, three runs of
+/// 20) at 300.
+pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(300);
 /// 0.001 USDC.
 pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
 /// USDC's decimals: amounts on the command line are in whole tokens.

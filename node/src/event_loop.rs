@@ -16,7 +16,7 @@ use libp2p::core::ConnectedPoint;
 use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, SwarmEvent};
-use libp2p::{Multiaddr, PeerId, Swarm, identify, kad};
+use libp2p::{Multiaddr, PeerId, Swarm, identify, kad, ping};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -193,6 +193,22 @@ impl<V: GossipValidator> EventLoop<V> {
 
     /// Hands accepted gossip and lost connections to the role runtime; false when it did not
     /// take it (no roles, or its queue is full).
+    /// The path's round trip to a peer, for the client's detector of a provider behind it;
+    /// once both its address (hello) and a measurement (ping) are known.
+    fn report_rtt(&mut self, peer: PeerId) {
+        let Some(rec) = self.state.peers.get(&peer) else {
+            return;
+        };
+        let address = rec
+            .eth_address
+            .as_deref()
+            .and_then(|a| a.parse::<Address>().ok());
+        if let (Some(address), Some(rtt)) = (address, rec.path_rtt) {
+            // A full queue is reported there; a shorter round trip or a hello sends it again.
+            let _ = self.send_to_roles(Inbound::PathRtt { address, rtt });
+        }
+    }
+
     fn send_to_roles(&mut self, ev: Inbound) -> bool {
         let Some(tx) = &self.roles_tx else {
             return false;
@@ -600,6 +616,10 @@ impl<V: GossipValidator> EventLoop<V> {
                 }
                 let now = now_us();
                 let rec = self.state.peer(peer_id);
+                if rec.connections == 0 {
+                    // Perhaps a new path: measured afresh.
+                    rec.path_rtt = None;
+                }
                 rec.connections += 1;
                 rec.last_seen = now;
                 if let ConnectedPoint::Dialer { address, .. } = &endpoint {
@@ -656,6 +676,17 @@ impl<V: GossipValidator> EventLoop<V> {
                 }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(ev)) => self.on_gossip(ev),
+            SwarmEvent::Behaviour(BehaviourEvent::Ping(ping::Event {
+                peer,
+                result: Ok(rtt),
+                ..
+            })) => {
+                let rec = self.state.peer(peer);
+                if rec.path_rtt.is_none_or(|r| rtt < r) {
+                    rec.path_rtt = Some(rtt);
+                    self.report_rtt(peer);
+                }
+            }
             SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received {
                 peer_id,
                 info,
@@ -830,6 +861,8 @@ impl<V: GossipValidator> EventLoop<V> {
             .collect();
         rec.eth_address = Some(h.address.to_string());
         rec.last_seen = now_us();
+        // Ping may have measured the path before the peer said who it is.
+        self.report_rtt(source);
         if h.roles.contains(&WireRole::Client) {
             self.reach_clients();
         }

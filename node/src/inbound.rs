@@ -29,4 +29,9 @@ pub enum Inbound {
     },
     /// The last connection to a peer that said hello with this address is gone.
     ConnectionClosed { address: Address },
+    /// The round trip to a peer that said hello with this address.
+    PathRtt {
+        address: Address,
+        rtt: std::time::Duration,
+    },
 }

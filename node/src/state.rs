@@ -75,6 +75,10 @@ pub struct PeerRecord {
     pub eth_address: Option<String>,
     pub rejected_messages: u64,
     pub last_seen: u64,
+    /// The least round trip ping measured since the peer last connected: the path's, where
+    /// a sample taken while either host was busy measures the host (the detector's adaptive
+    /// margin is for jitter).
+    pub path_rtt: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Default)]

@@ -243,6 +243,9 @@ pub struct Client {
     outputs: VecDeque<Output>,
     /// While replaying history on restart: state changes, no outputs.
     replaying: bool,
+    /// The transport's round trip to each peer that measured one, for the detectors of the
+    /// providers assigned later.
+    rtts: BTreeMap<Address, Duration>,
 }
 
 #[derive(Clone, Debug)]
@@ -268,6 +271,7 @@ impl Client {
             copies: BTreeMap::new(),
             outputs: VecDeque::new(),
             replaying: false,
+            rtts: BTreeMap::new(),
         }
     }
 
@@ -305,7 +309,13 @@ impl Client {
                 }
                 Phase::Drawing { .. } => c.request_draw(now, job_id),
                 Phase::Running => {
-                    job.detector = Some(arm(c.config.detector, now, job, job.last_reported_step));
+                    job.detector = Some(arm(
+                        c.config.detector,
+                        now,
+                        job,
+                        job.last_reported_step,
+                        &c.rtts,
+                    ));
                 }
                 Phase::Bidding { .. } | Phase::Assigning { .. } => {
                     job.phase = Phase::Bidding {
@@ -656,7 +666,7 @@ impl Client {
                 job.last_accepted_hash = start_checkpoint;
                 job.last_reported_step = start_step;
                 job.phase = Phase::Running;
-                job.detector = Some(arm(self.config.detector, now, job, start_step));
+                job.detector = Some(arm(self.config.detector, now, job, start_step, &self.rtts));
                 job.last_seq = None;
                 job.bids.retain(|(e, _), _| *e > epoch);
                 job.tallies.retain(|(e, _, _), _| *e >= epoch);
@@ -1048,6 +1058,16 @@ impl StateMachine for Client {
                     }
                 }
             }
+            Input::PathRtt { address, rtt } => {
+                for job in self.jobs.values_mut() {
+                    if job.provider == Some(address)
+                        && let Some(d) = job.detector.as_mut()
+                    {
+                        d.path_rtt(rtt);
+                    }
+                }
+                self.rtts.insert(address, rtt);
+            }
             Input::StepDone { .. }
             | Input::CheckpointReady { .. }
             | Input::TrainingFailed { .. }
@@ -1158,10 +1178,20 @@ impl StateMachine for Client {
 
 /// A detector for the job's running epoch, whose step is at `from_step`: it expects
 /// heartbeats and, until the last step, progress.
-fn arm(config: DetectorConfig, now: Time, job: &ClientJob, from_step: Step) -> FailureDetector {
-    FailureDetector::new(config, now).watching_progress(ProgressSpec {
+fn arm(
+    config: DetectorConfig,
+    now: Time,
+    job: &ClientJob,
+    from_step: Step,
+    rtts: &BTreeMap<Address, Duration>,
+) -> FailureDetector {
+    let mut d = FailureDetector::new(config, now).watching_progress(ProgressSpec {
         start_step: from_step,
         checkpoint_interval: job.interval,
         end_step: job.total_steps,
-    })
+    });
+    if let Some(rtt) = job.provider.and_then(|p| rtts.get(&p)) {
+        d.path_rtt(*rtt);
+    }
+    d
 }

@@ -17,6 +17,15 @@
 //! ceiling instead of being failed over, and a false failover is expensive (the new epoch
 //! fences the provider and its unaccepted steps are lost).
 //!
+//! The floor also covers one lost heartbeat on the provider's network path. On Linux TCP
+//! (RACK loss detection, the default since 4.18) a lost segment is resent once the next
+//! heartbeat's acknowledgement shows it missing, so the client hears it about two periods
+//! plus one round trip after the one before it. Once the transport has measured the round
+//! trip to the provider ([`FailureDetector::path_rtt`]), the floor is at least
+//! [`FailureDetector::one_loss_gap`], `2 × period + 1.25 × RTT + period / 2`: on loopback or
+//! a LAN that is 250 ms and the configured floor rules; across an ocean (RTT 150 ms) it is
+//! 440 ms.
+//!
 //! A closed connection to the provider is a strong hint: the deadline is pulled in to
 //! `closed_grace` from then (a reconnect or a heartbeat through another peer cancels it).
 //!
@@ -181,6 +190,8 @@ pub struct FailureDetector {
     /// The liveness deadline.
     deadline: Time,
     progress: Option<Progress>,
+    /// The round trip to the provider, as the transport measured it.
+    rtt: Option<Duration>,
 }
 
 impl FailureDetector {
@@ -195,7 +206,27 @@ impl FailureDetector {
             gaps_ms: VecDeque::with_capacity(GAP_WINDOW),
             deadline: now.saturating_add(config.timeout),
             progress: None,
+            rtt: None,
         }
+    }
+
+    /// The transport measured the round trip to the provider: the floor becomes at least
+    /// what one lost heartbeat costs on that path. A deadline already set only moves later.
+    pub fn path_rtt(&mut self, rtt: Duration) {
+        self.rtt = Some(rtt);
+        if self.heard_any {
+            self.deadline = self
+                .deadline
+                .max(self.last_heard.saturating_add(self.liveness_timeout()));
+        }
+    }
+
+    /// The gap after one lost heartbeat on a path of round trip `rtt`: the next heartbeat's
+    /// acknowledgement, a period later, shows the loss; the resend arrives a round trip and
+    /// RACK's reordering window (a quarter round trip) after that; half a period covers the
+    /// hosts' scheduling.
+    pub fn one_loss_gap(period: Duration, rtt: Duration) -> Duration {
+        period * 2 + rtt + rtt / 4 + period / 2
     }
 
     /// Also expects the step to advance.
@@ -292,7 +323,10 @@ impl FailureDetector {
             .sum::<f64>()
             / n;
         let adaptive = Duration::from_millis((2.0 * mean + PHI_K * var.sqrt()).ceil() as u64);
-        let floor = self.config.floor.min(ceiling);
+        let path = self.rtt.map_or(Duration::ZERO, |rtt| {
+            Self::one_loss_gap(self.config.period, rtt)
+        });
+        let floor = self.config.floor.max(path).min(ceiling);
         adaptive.clamp(floor, ceiling)
     }
 
@@ -488,6 +522,26 @@ mod tests {
             d.liveness_timeout()
         };
         assert_eq!(wild, Duration::from_millis(750));
+    }
+
+    #[test]
+    fn a_long_path_raises_the_floor_to_what_one_lost_heartbeat_costs() {
+        let mut d = FailureDetector::new(node_config(), ms(0));
+        let last = beat(&mut d, 0, 40, &[0]);
+        assert_eq!(d.liveness_timeout(), Duration::from_millis(300));
+        // Loopback: one lost heartbeat costs 250 ms, under the configured floor.
+        d.path_rtt(Duration::from_micros(200));
+        assert_eq!(d.liveness_timeout(), Duration::from_millis(300));
+        // A 160 ms round trip: 200 + 160 + 40 + 50.
+        d.path_rtt(Duration::from_millis(160));
+        assert_eq!(d.liveness_timeout(), Duration::from_millis(450));
+        // The deadline already set moves out with it: the resent heartbeat is heard in time.
+        assert!(!d.is_dead(ms(last + 440)));
+        d.heard(ms(last + 400));
+        assert!(!d.is_dead(ms(last + 400 + 440)));
+        // Never past the ceiling.
+        d.path_rtt(Duration::from_secs(2));
+        assert_eq!(d.liveness_timeout(), Duration::from_millis(750));
     }
 
     #[test]

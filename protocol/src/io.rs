@@ -19,6 +19,9 @@ pub enum Input {
     Chain { block_time: u64, event: ChainEvent },
     /// The transport lost its connection to the peer bound (by NodeHello) to `address`.
     ConnectionClosed { address: Address },
+    /// The transport's round trip to the peer bound to `address`: the client's liveness
+    /// floor for that provider covers one lost heartbeat on that path.
+    PathRtt { address: Address, rtt: Duration },
     /// A transaction from [`Output::SubmitTx`] reverted or could not be sent.
     TxFailed { id: TxId, reason: String },
     /// Trainer: one optimizer step finished.

@@ -1071,6 +1071,7 @@ impl StateMachine for Provider {
                 }
             }
             Input::ConnectionClosed { .. }
+            | Input::PathRtt { .. }
             | Input::BlobFetched { .. }
             | Input::QualityResult { .. }
             | Input::SpotCheckResult { .. } => {}

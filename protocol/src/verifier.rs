@@ -663,6 +663,7 @@ impl StateMachine for Verifier {
                 }
             }
             Input::ConnectionClosed { .. }
+            | Input::PathRtt { .. }
             | Input::TxFailed { .. }
             | Input::StepDone { .. }
             | Input::CheckpointReady { .. }

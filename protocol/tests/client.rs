@@ -394,6 +394,58 @@ fn closed_connection_speeds_detection() {
 }
 
 #[test]
+fn a_measured_round_trip_widens_that_providers_floor() {
+    let k = keys();
+    // The node's detector: adaptive between a 300 ms floor and a 750 ms ceiling.
+    let mut config = ClientConfig::new(domain());
+    config.detector.timeout = Duration::from_millis(750);
+    config.detector.floor = Duration::from_millis(300);
+    let mut c = Client::new(config, k.client.clone());
+    c.create_job(spec(), params());
+    drain(&mut c);
+    c.handle_input(t(0), chain(job_created(&k)));
+    c.handle_input(t(0), chain(committee_drawn(&k)));
+    assert!(c.handle_message(t(10), &bid(&k.a, 1, 1000, 8)).is_accept());
+    c.handle_timeout(t(500));
+    // Measured before the assignment: the detector the assignment arms has it.
+    c.handle_input(
+        t(550),
+        Input::PathRtt {
+            address: k.a.address(),
+            rtt: Duration::from_millis(160),
+        },
+    );
+    c.handle_input(t(600), assigned(1, &k.a, 0, Hash::ZERO));
+    drain(&mut c);
+    let mut now = 600;
+    for seq in 1..=20 {
+        now += 100;
+        c.handle_message(t(now), &heartbeat(&k.a, 1, seq, 0));
+    }
+    // A steady rhythm, but one heartbeat lost on a 160 ms path and resent costs
+    // 200 + 160 + 40 ms: the floor is that and half a period, not 300.
+    assert_eq!(c.poll_timeout(), Some(t(now + 450)));
+    c.handle_timeout(t(now + 300));
+    assert!(notices(&drain(&mut c)).is_empty());
+    // A shorter round trip measured now lowers the floor for later heartbeats, and never
+    // pulls in a deadline already set.
+    c.handle_input(
+        t(now + 310),
+        Input::PathRtt {
+            address: k.a.address(),
+            rtt: Duration::from_micros(300),
+        },
+    );
+    assert_eq!(c.poll_timeout(), Some(t(now + 450)));
+    c.handle_timeout(t(now + 450));
+    assert!(
+        notices(&drain(&mut c))
+            .iter()
+            .any(|n| matches!(n, Notice::ProviderLost { .. }))
+    );
+}
+
+#[test]
 fn failed_assign_moves_to_next_bid() {
     let k = keys();
     let mut c = created(&k);

@@ -287,6 +287,10 @@ impl RoleRuntime {
                 self.machines
                     .handle_input(now, Input::ConnectionClosed { address });
             }
+            Inbound::PathRtt { address, rtt } => {
+                self.machines
+                    .handle_input(now, Input::PathRtt { address, rtt });
+            }
         }
     }
 
