@@ -191,8 +191,6 @@ impl<V: GossipValidator> EventLoop<V> {
         }
     }
 
-    /// Hands accepted gossip and lost connections to the role runtime; false when it did not
-    /// take it (no roles, or its queue is full).
     /// The path's round trip to a peer, for the client's detector of a provider behind it;
     /// once both its address (hello) and a measurement (ping) are known.
     fn report_rtt(&mut self, peer: PeerId) {
@@ -209,6 +207,8 @@ impl<V: GossipValidator> EventLoop<V> {
         }
     }
 
+    /// Hands accepted gossip and lost connections to the role runtime; false when it did not
+    /// take it (no roles, or its queue is full).
     fn send_to_roles(&mut self, ev: Inbound) -> bool {
         let Some(tx) = &self.roles_tx else {
             return false;

@@ -210,15 +210,11 @@ impl FailureDetector {
         }
     }
 
-    /// The transport measured the round trip to the provider: the floor becomes at least
-    /// what one lost heartbeat costs on that path. A deadline already set only moves later.
+    /// The transport measured the round trip to the provider: from the next heartbeat on,
+    /// the floor is at least what one lost heartbeat costs on that path. The deadline already
+    /// set stands, so that a measurement can never undo a closed connection's pull-in.
     pub fn path_rtt(&mut self, rtt: Duration) {
         self.rtt = Some(rtt);
-        if self.heard_any {
-            self.deadline = self
-                .deadline
-                .max(self.last_heard.saturating_add(self.liveness_timeout()));
-        }
     }
 
     /// The gap after one lost heartbeat on a path of round trip `rtt`: the next heartbeat's
@@ -532,13 +528,18 @@ mod tests {
         // Loopback: one lost heartbeat costs 250 ms, under the configured floor.
         d.path_rtt(Duration::from_micros(200));
         assert_eq!(d.liveness_timeout(), Duration::from_millis(300));
-        // A 160 ms round trip: 200 + 160 + 40 + 50.
+        // A 160 ms round trip: 200 + 160 + 40 + 50, from the next heartbeat on.
         d.path_rtt(Duration::from_millis(160));
         assert_eq!(d.liveness_timeout(), Duration::from_millis(450));
-        // The deadline already set moves out with it: the resent heartbeat is heard in time.
-        assert!(!d.is_dead(ms(last + 440)));
-        d.heard(ms(last + 400));
-        assert!(!d.is_dead(ms(last + 400 + 440)));
+        assert_eq!(d.deadline(), ms(last + 300));
+        d.heard(ms(last + 100));
+        assert!(!d.is_dead(ms(last + 100 + 440)));
+        assert!(d.is_dead(ms(last + 100 + 450)));
+        // A closed connection still pulls the deadline in, and a measurement after it does
+        // not push it out again.
+        d.connection_closed(ms(last + 150));
+        d.path_rtt(Duration::from_millis(200));
+        assert!(d.is_dead(ms(last + 200)));
         // Never past the ceiling.
         d.path_rtt(Duration::from_secs(2));
         assert_eq!(d.liveness_timeout(), Duration::from_millis(750));

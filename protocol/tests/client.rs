@@ -427,8 +427,8 @@ fn a_measured_round_trip_widens_that_providers_floor() {
     assert_eq!(c.poll_timeout(), Some(t(now + 450)));
     c.handle_timeout(t(now + 300));
     assert!(notices(&drain(&mut c)).is_empty());
-    // A shorter round trip measured now lowers the floor for later heartbeats, and never
-    // pulls in a deadline already set.
+    // A shorter round trip measured now lowers the floor from the next heartbeat on; the
+    // deadline already set stands.
     c.handle_input(
         t(now + 310),
         Input::PathRtt {
