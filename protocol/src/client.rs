@@ -255,6 +255,14 @@ struct CopyFetch {
 }
 
 impl Client {
+    /// The detectors watching `provider`, one per job it runs for us.
+    fn detectors_of(&mut self, provider: Address) -> impl Iterator<Item = &mut FailureDetector> {
+        self.jobs
+            .values_mut()
+            .filter(move |job| job.provider == Some(provider))
+            .filter_map(|job| job.detector.as_mut())
+    }
+
     pub fn new(config: ClientConfig, key: SigningKey) -> Self {
         Client {
             config,
@@ -1050,21 +1058,13 @@ impl StateMachine for Client {
             Input::Chain { block_time, event } => self.on_chain(now, block_time, event),
             Input::TxFailed { id, reason } => self.on_tx_failed(now, id, reason),
             Input::ConnectionClosed { address } => {
-                for job in self.jobs.values_mut() {
-                    if job.provider == Some(address)
-                        && let Some(d) = job.detector.as_mut()
-                    {
-                        d.connection_closed(now);
-                    }
+                for d in self.detectors_of(address) {
+                    d.connection_closed(now);
                 }
             }
             Input::PathRtt { address, rtt } => {
-                for job in self.jobs.values_mut() {
-                    if job.provider == Some(address)
-                        && let Some(d) = job.detector.as_mut()
-                    {
-                        d.path_rtt(rtt);
-                    }
+                for d in self.detectors_of(address) {
+                    d.path_rtt(rtt);
                 }
                 self.rtts.insert(address, rtt);
             }
