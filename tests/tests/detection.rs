@@ -23,9 +23,10 @@
 //!
 //! `GPUCHAIN_DETECTION_TRIALS` sets the trials per kind (default 20);
 //! `GPUCHAIN_DETECTION_KINDS` the kinds (default `kill,freeze,hang`);
-//! `GPUCHAIN_DETECTION_FLOOR_MS=300` measures the client with a 300 ms liveness floor (the
-//! harness keeps the caller's `GPUCHAIN_*` settings from the nodes, so the bench passes it as
-//! `--detector-floor-ms`). The soak reads it too.
+//! `GPUCHAIN_DETECTION_FLOOR_MS=500` measures the client with a 500 ms liveness floor instead
+//! of the default 300 (the harness keeps the caller's `GPUCHAIN_*` settings from the nodes, so
+//! the bench passes it as `--detector-floor-ms`). The soak reads it too, and prints the
+//! heartbeats the providers themselves reported sending late, beside each false failover.
 //!
 //! The false-failover soak is its companion: the same sixteen processes with no fault at all,
 //! a job training on every core, and busy threads at normal priority on top (an extra CPU
@@ -858,6 +859,7 @@ async fn false_failover_soak() -> Result<()> {
         "[soak] {minutes} min, {training} jobs training at once, {hogs} busy thread(s), {cores} cores"
     );
     let began = Instant::now();
+    let began_wall = SystemTime::now();
     let length = Duration::from_secs(60 * minutes as u64);
     let mut open: Vec<String> = Vec::new();
     let mut submitted = 0usize;
@@ -930,6 +932,21 @@ async fn false_failover_soak() -> Result<()> {
         "most CPU starvation a provider reported within one step: {} ms",
         view.most_starved_ms
     );
+    let late = late_sends(&net, &names);
+    let gap_of = |e: &Logged| match e.event {
+        NodeEvent::HeartbeatLate { gap_ms, .. } => gap_ms,
+        _ => 0,
+    };
+    let late_over = |limit: u64| late.iter().filter(|(_, e)| gap_of(e) > limit).count();
+    println!(
+        "heartbeats providers sent late (over two periods): {}, over 300 ms: {}, over 500 ms: {}",
+        late.len(),
+        late_over(300),
+        late_over(500)
+    );
+    if let Some((who, e)) = late.iter().max_by_key(|(_, e)| gap_of(e)) {
+        println!("  the longest: {who} {}", late_line(e, began_wall));
+    }
     println!("false failovers: {}", view.lost.len());
     for l in &view.lost {
         if let NodeEvent::ProviderLost {
@@ -940,14 +957,61 @@ async fn false_failover_soak() -> Result<()> {
             silent_for_ms,
         } = &l.event
         {
+            let name = names
+                .get(&provider.to_lowercase())
+                .map_or(provider.as_str(), String::as_str);
+            let at = l.at.duration_since(began_wall).unwrap_or_default();
             println!(
-                "  job {job_id} epoch {epoch}: {} {reason} after {silent_for_ms} ms",
-                names
-                    .get(&provider.to_lowercase())
-                    .map_or(provider.as_str(), String::as_str)
+                "  job {job_id} epoch {epoch}: {name} {reason} after {silent_for_ms} ms, at {:.3} s",
+                at.as_secs_f64()
             );
+            // What the provider said of its own heartbeats just before: a late send is the
+            // host's stall; none means the path or the client held them.
+            let before = |at: SystemTime| {
+                l.at.duration_since(at)
+                    .is_ok_and(|d| d <= Duration::from_secs(2))
+                    || at
+                        .duration_since(l.at)
+                        .is_ok_and(|d| d <= Duration::from_secs(1))
+            };
+            for (who, e) in late.iter().filter(|(who, e)| who == name && before(e.at)) {
+                println!("    {who} {}", late_line(e, began_wall));
+            }
         }
     }
     net.stop_all().await;
     Ok(())
+}
+
+/// Every heartbeat a provider reported sending late ([`NodeEvent::HeartbeatLate`]), by
+/// provider name, read from the providers' logs.
+fn late_sends(net: &Testnet, names: &HashMap<String, String>) -> Vec<(String, Logged)> {
+    let mut late = Vec::new();
+    for name in names.values().filter(|n| n.starts_with('p')) {
+        let Ok(node) = net.node(name) else { continue };
+        for e in LogTail::new(node.log_path()).read_new() {
+            if matches!(e.event, NodeEvent::HeartbeatLate { .. }) {
+                late.push((name.clone(), e));
+            }
+        }
+    }
+    late.sort_by_key(|(_, e)| e.at);
+    late
+}
+
+/// `e` as a line, its time counted from `since`.
+fn late_line(e: &Logged, since: SystemTime) -> String {
+    let NodeEvent::HeartbeatLate {
+        job_id,
+        gap_ms,
+        timer_late_ms,
+        publish_ms,
+    } = &e.event
+    else {
+        return String::new();
+    };
+    let at = e.at.duration_since(since).unwrap_or_default().as_secs_f64();
+    format!(
+        "at {at:.3} s sent job {job_id}'s heartbeat {gap_ms} ms after the one before (timer {timer_late_ms} ms late, swarm took {publish_ms} ms)"
+    )
 }

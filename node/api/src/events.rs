@@ -255,6 +255,17 @@ pub enum NodeEvent {
         #[serde(default)]
         checkpointing: bool,
     },
+    /// This provider sent a job's heartbeat more than two periods after the one before: its
+    /// host did not run the node in time. `timer_late_ms`: how long after its deadline the
+    /// machines' timer woke; `publish_ms`: how long the swarm took to take the heartbeat.
+    /// The rest of `gap_ms` is the timer's own wait. The client judges silence on arrival, so
+    /// an operator reads here whether a failover was the host's doing.
+    HeartbeatLate {
+        job_id: String,
+        gap_ms: u64,
+        timer_late_ms: u64,
+        publish_ms: u64,
+    },
     CheckpointAnnounced {
         job_id: String,
         epoch: u64,
@@ -419,6 +430,7 @@ impl NodeEvent {
             | ChainPollFailed { .. }
             | CursorReset
             | ProviderLost { .. }
+            | HeartbeatLate { .. }
             | Fenced { .. }
             | TxFailed { .. }
             | UnknownJob { .. }
@@ -458,6 +470,7 @@ impl NodeEvent {
             | ProviderLost { job_id, .. }
             | NoUsableBids { job_id, .. }
             | Heartbeat { job_id, .. }
+            | HeartbeatLate { job_id, .. }
             | CheckpointAnnounced { job_id, .. }
             | VotePublished { job_id, .. }
             | Voted { job_id, .. }

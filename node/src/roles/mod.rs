@@ -10,6 +10,7 @@ pub mod handle;
 pub mod jobs;
 pub mod late_timer;
 pub mod record;
+pub mod send_gaps;
 pub mod text_job;
 pub mod train;
 pub mod verify;
@@ -36,6 +37,7 @@ use gpuchain_protocol::roles::{RoleConfigs, Roles};
 use handle::RolesHandle;
 use jobs::JobLibrary;
 use late_timer::{Fire, LateTimer};
+use send_gaps::SendGaps;
 
 pub struct RoleRuntime {
     origin: Instant,
@@ -55,6 +57,10 @@ pub struct RoleRuntime {
     late_timer: LateTimer,
     /// Specs kept in the data dir (see [`RoleRuntime::keep_on_disk`]).
     saved_specs: std::collections::HashSet<gpuchain_protocol::Hash>,
+    /// The provider's heartbeats sent late, and what held them (see [`send_gaps`]).
+    send_gaps: SendGaps,
+    /// How long after its deadline the timer last woke.
+    timer_late: std::time::Duration,
 }
 
 impl RoleRuntime {
@@ -139,6 +145,8 @@ impl RoleRuntime {
             fault: config.fault,
             late_timer: LateTimer::new(config.heartbeat_period),
             saved_specs,
+            send_gaps: SendGaps::new(config.heartbeat_period),
+            timer_late: std::time::Duration::ZERO,
         };
         (rt, RolesHandle::new(tx))
     }
@@ -174,6 +182,9 @@ impl RoleRuntime {
                     None => break,
                 },
                 () = sleep_until(deadline) => {
+                    self.timer_late = deadline
+                        .map(|d| tokio::time::Instant::now().saturating_duration_since(d))
+                        .unwrap_or_default();
                     // Before the client judges silence, the swarm hands over what it already
                     // had (a swarm busy with something else holds heartbeats that have
                     // arrived), and how long that took says whether it was behind.
@@ -421,13 +432,28 @@ impl RoleRuntime {
         match out {
             Output::Publish { topic, message } => {
                 record::published(&message);
-                if let Err(e) = self
+                let asked = Instant::now();
+                let sent = self
                     .ctx
                     .handle
                     .publish(topic.clone(), message.encode())
-                    .await
-                {
-                    tracing::debug!(%topic, error = %e, "publish failed");
+                    .await;
+                match sent {
+                    Ok(_) => {
+                        if let Message::Heartbeat(h) = &message {
+                            let at = Instant::now();
+                            let late = self.send_gaps.on_sent(
+                                h.job_id,
+                                at,
+                                self.timer_late,
+                                at.duration_since(asked),
+                            );
+                            if let Some(ev) = late {
+                                crate::events::emit(ev, "heartbeat sent late");
+                            }
+                        }
+                    }
+                    Err(e) => tracing::debug!(%topic, error = %e, "publish failed"),
                 }
             }
             Output::Subscribe { topic } => {
@@ -464,6 +490,8 @@ impl RoleRuntime {
                     checkpoint_interval,
                     fault: self.fault,
                 };
+                // A new epoch's heartbeats are a new stream, not late ones.
+                self.send_gaps.forget(job_id);
                 self.training.start(self.ctx.clone(), start);
             }
             Output::StopTraining { job_id, epoch } => {
