@@ -18,6 +18,14 @@ pub const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/gpuchain/kad/1.0.
 pub const GOSSIP_HEARTBEAT: Duration = Duration::from_millis(200);
 /// Bounded per-connection send queue of gossipsub.
 pub const GOSSIP_QUEUE_LEN: usize = 2000;
+/// How often Kademlia refreshes the routing table unprompted (libp2p's default). A node
+/// that learns a new peer bootstraps within half a second anyway, so discovery does not wait
+/// for this. A refresh asks every known peer for its neighbours. At 30 s (with the hellos,
+/// also every 30 s then), sixteen nodes on one 2-core host refreshed all at once, as they
+/// had started together: every process burned CPU for about 1.5 s and providers' heartbeats
+/// went out up to 200 ms late every 30 s (`heartbeat_late`: 12 in 9 minutes of the soak).
+/// With the refresh at 5 minutes and the hellos spread, 1 in the same 9 minutes.
+pub const KAD_REFRESH: Duration = Duration::from_secs(5 * 60);
 /// Connections stay open this long with nothing to do (gossipsub keeps mesh links busy).
 pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// Gossipsub framing around the payload (signature, key, topic, seqno).
@@ -57,7 +65,7 @@ fn behaviour(key: &Keypair) -> Result<Behaviour> {
 
     let peer_id = key.public().to_peer_id();
     let mut kad_config = kad::Config::new(KAD_PROTOCOL);
-    kad_config.set_periodic_bootstrap_interval(Some(Duration::from_secs(30)));
+    kad_config.set_periodic_bootstrap_interval(Some(KAD_REFRESH));
     let mut kad =
         kad::Behaviour::with_config(peer_id, kad::store::MemoryStore::new(peer_id), kad_config);
     // Loopback and private-network nodes never get a confirmed external address, and in

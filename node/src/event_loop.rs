@@ -260,7 +260,7 @@ impl<V: GossipValidator> EventLoop<V> {
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
         let bootstrap_deadline = tokio::time::sleep(bootstrap_timeout);
         tokio::pin!(bootstrap_deadline);
-        let mut last_hello = Instant::now();
+        let mut next_hello = Instant::now() + hello_period();
         loop {
             tokio::select! {
                 event = self.swarm.select_next_some() => self.on_swarm_event(event)?,
@@ -270,11 +270,11 @@ impl<V: GossipValidator> EventLoop<V> {
                 },
                 _ = heartbeat.tick(), if !self.heartbeat_topics.is_empty() => self.publish_heartbeats(),
                 _ = housekeeping.tick() => {
-                    let due = self.hello_due.is_some_and(|t| Instant::now() >= t)
-                        || last_hello.elapsed() >= HELLO_PERIOD;
+                    let now = Instant::now();
+                    let due = self.hello_due.is_some_and(|t| now >= t) || now >= next_hello;
                     if due {
                         self.hello_due = None;
-                        last_hello = Instant::now();
+                        next_hello = now + hello_period();
                         self.publish_hello();
                     }
                 }
@@ -580,6 +580,7 @@ impl<V: GossipValidator> EventLoop<V> {
                 roles: r.roles.clone(),
                 eth_address: r.eth_address.clone(),
                 rejected_messages: r.rejected_messages,
+                path_rtt_ms: r.path_rtt.map(|d| d.as_secs_f64() * 1000.0),
             })
             .collect();
         v.sort_by(|a, b| a.peer_id.cmp(&b.peer_id));
@@ -902,6 +903,13 @@ impl<V: GossipValidator> EventLoop<V> {
     }
 }
 
+/// The wait until the next periodic hello: [`HELLO_PERIOD`] give or take a quarter, so that
+/// nodes started together (a testnet, a data centre after a power cut) do not all hello, and
+/// all validate each other's hellos, in the same instant every period.
+fn hello_period() -> Duration {
+    HELLO_PERIOD.mul_f64(rand::random_range(0.75..1.25))
+}
+
 fn strip_p2p(addr: &Multiaddr) -> Multiaddr {
     addr.iter()
         .filter(|p| !matches!(p, libp2p::multiaddr::Protocol::P2p(_)))
@@ -914,4 +922,23 @@ fn is_dialable(addr: &Multiaddr) -> bool {
         libp2p::multiaddr::Protocol::Ip6(ip) => ip.is_unspecified(),
         _ => false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hellos_are_spread_over_half_a_period() {
+        let waits: Vec<Duration> = (0..400).map(|_| hello_period()).collect();
+        let least = waits.iter().min().copied().unwrap_or_default();
+        let most = waits.iter().max().copied().unwrap_or_default();
+        assert!(least >= HELLO_PERIOD.mul_f64(0.75), "{least:?}");
+        assert!(most <= HELLO_PERIOD.mul_f64(1.25), "{most:?}");
+        // Nodes started together drift apart: 400 draws span most of the range.
+        assert!(
+            most - least > HELLO_PERIOD.mul_f64(0.4),
+            "{least:?}..{most:?}"
+        );
+    }
 }

@@ -27,6 +27,9 @@ pub struct PeerInfo {
     pub roles: Vec<String>,
     pub eth_address: Option<String>,
     pub rejected_messages: u64,
+    /// The least ping round trip since this connection opened, ms: what a client raises the
+    /// peer's liveness floor by (None until the first ping).
+    pub path_rtt_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]

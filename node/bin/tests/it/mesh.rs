@@ -35,6 +35,21 @@ fn five_nodes_mesh_gossip_and_heartbeats() {
         },
     );
 
+    // Every connection is pinged from its start: each connected peer's least round trip is
+    // known (what a client raises that peer's liveness floor by).
+    wait_until("round trips measured", Duration::from_secs(10), || {
+        nodes.iter().all(|n| {
+            n.peers()
+                .iter()
+                .filter(|p| p["connected"] == true)
+                .all(|p| {
+                    p["path_rtt_ms"]
+                        .as_f64()
+                        .is_some_and(|ms| ms > 0.0 && ms < 1000.0)
+                })
+        })
+    });
+
     let topic = job_topic(U256::from(7));
     for n in &nodes {
         n.post_ok("/v1/subscribe", json!({ "topic": topic }));
