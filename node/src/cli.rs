@@ -214,10 +214,11 @@ pub struct NodeArgs {
     pub detector_timeout_ms: Option<u64>,
 
     /// Client: the least liveness timeout the client adapts down to for a provider with a
-    /// steady heartbeat (at most --detector-timeout-ms). The default, 500, notices a frozen
-    /// provider in 0.4 to 0.5 s at a 100 ms period; 300 notices it in 0.2 to 0.3 s where the
-    /// providers' hosts have CPU to spare (a provider starved for 0.3 s is failed over). For
-    /// a provider further away the client raises it by the round trip it measures.
+    /// steady heartbeat (at most --detector-timeout-ms). The default, 300, notices a frozen
+    /// provider in 0.2 to 0.3 s at a 100 ms period; a provider whose host stops it for longer
+    /// than that is failed over, so where providers' hosts stall 500 keeps a wider margin
+    /// (0.4 to 0.5 s). For a provider further away the client raises it by the round trip it
+    /// measures.
     #[arg(long, env = "GPUCHAIN_DETECTOR_FLOOR_MS", value_name = "MS")]
     pub detector_floor_ms: Option<u64>,
 

@@ -105,31 +105,31 @@ pub const DEFAULT_MAX_BLOB_MB: u64 = 8192;
 /// default 100 ms period, while one whose heartbeats jitter (a congested mesh) widens its own
 /// margin up to this ceiling instead of being failed over.
 pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
-/// The least adaptive liveness timeout by default: five heartbeat periods. What keeps
+/// The least adaptive liveness timeout by default: three heartbeat periods. What keeps
 /// heartbeats on time on a host whose cores all train: training and checking run at a lower
 /// CPU priority than the runtime that sends them (`compute`); log lines are written by a
 /// thread of their own (`logging`); the chain cursor is synced on a blocking thread (an fsync
-/// held every node's runtime for up to 0.6 s); a provider's heartbeats never wait for the
-/// client's catch-up, and the client judges silence only after its swarm has handed over
-/// what it had (`roles::late_timer`).
+/// held every node's runtime for up to 0.6 s); nodes started together do not refresh
+/// Kademlia or say hello in step (`behaviour::KAD_REFRESH`); a provider's heartbeats never
+/// wait for the client's catch-up, and the client judges silence only after its swarm has
+/// handed over what it had (`roles::late_timer`).
 ///
-/// At 300 a frozen provider is noticed in 287–288 ms (p50 of three detection-bench runs of
-/// 20, faults struck at a random moment, 16 processes on 2 cores), and the bench failed no
-/// honest provider over in 234 trials. But the false-failover soak (two jobs training, a CPU
-/// hog) failed one over at 300 within 7 minutes: the provider's runtime sent nothing for
-/// over 317 ms while its host's load peaked after a checkpoint was accepted (an earlier
-/// 30-minute soak at 300 had none, and one gap over 300 ms in 34,624). A false failover
-/// fences an honest provider and throws away its unaccepted steps, so the default keeps the
-/// margin: 500. A client whose providers run on hosts with CPU to spare can set
-/// `--detector-floor-ms 300`.
+/// At 300 the detection bench (16 processes on 2 cores, 20 faults of each kind struck at a
+/// random moment) noticed a frozen provider in 275 ms and a killed one in 184 ms (p50), and
+/// failed no honest provider over. The false-failover soak at 300 (30 minutes, two jobs
+/// training, a CPU hog) failed none over either: 1 heartbeat gap over 300 ms at the client in
+/// 34,475, and the providers reported 2 heartbeats sent late, none by 300 ms. An earlier soak
+/// had failed one over twice in 20 minutes, which kept the default at 500 until the cause
+/// was found: every 30 s all nodes refreshed Kademlia and said hello at once, and the burst
+/// held the providers' heartbeats back by up to 200 ms (their `heartbeat_late` events). A
+/// client whose providers' hosts stall for longer can set `--detector-floor-ms 500`.
 ///
 /// A heartbeat lost on the network and resent (Linux TCP's RACK resends it once the next
 /// one's acknowledgement shows the loss) comes about two periods and a round trip after the
-/// one before it. With half a period to spare, 500 covers round trips up to 200 ms, and 300
-/// up to 40 ms; for a provider further away the client raises its floor to that gap and half
-/// a period (`one_loss_gap` in the protocol's detector), from the least round trip ping has
-/// measured.
-pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(500);
+/// one before it. With half a period to spare, 300 covers round trips up to 40 ms; for a
+/// provider further away the client raises its floor to that gap and half a period
+/// (`one_loss_gap` in the protocol's detector), from the least round trip ping has measured.
+pub const DEFAULT_DETECTOR_FLOOR: Duration = Duration::from_millis(300);
 /// 0.001 USDC.
 pub const DEFAULT_PRICE_PER_STEP: u64 = 1_000;
 /// USDC's decimals: amounts on the command line are in whole tokens.
