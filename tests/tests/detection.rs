@@ -967,14 +967,14 @@ async fn false_failover_soak() -> Result<()> {
             );
             // What the provider said of its own heartbeats just before: a late send is the
             // host's stall; none means the path or the client held them.
-            let before = |at: SystemTime| {
+            let near = |at: SystemTime| {
                 l.at.duration_since(at)
                     .is_ok_and(|d| d <= Duration::from_secs(2))
                     || at
                         .duration_since(l.at)
                         .is_ok_and(|d| d <= Duration::from_secs(1))
             };
-            for (who, e) in late.iter().filter(|(who, e)| who == name && before(e.at)) {
+            for (who, e) in late.iter().filter(|(who, e)| who == name && near(e.at)) {
                 println!("    {who} {}", late_line(e, began_wall));
             }
         }
@@ -983,11 +983,11 @@ async fn false_failover_soak() -> Result<()> {
     Ok(())
 }
 
-/// Every heartbeat a provider reported sending late ([`NodeEvent::HeartbeatLate`]), by
-/// provider name, read from the providers' logs.
+/// Every heartbeat a provider reported sending late ([`NodeEvent::HeartbeatLate`]), by node
+/// name, read from the nodes' logs (only providers send heartbeats).
 fn late_sends(net: &Testnet, names: &HashMap<String, String>) -> Vec<(String, Logged)> {
     let mut late = Vec::new();
-    for name in names.values().filter(|n| n.starts_with('p')) {
+    for name in names.values() {
         let Ok(node) = net.node(name) else { continue };
         for e in LogTail::new(node.log_path()).read_new() {
             if matches!(e.event, NodeEvent::HeartbeatLate { .. }) {

@@ -59,7 +59,8 @@ pub struct RoleRuntime {
     saved_specs: std::collections::HashSet<gpuchain_protocol::Hash>,
     /// The provider's heartbeats sent late, and what held them (see [`send_gaps`]).
     send_gaps: SendGaps,
-    /// How long after its deadline the timer last woke.
+    /// How long after its deadline the timer woke, for the outputs of that wake (zero for
+    /// any other's).
     timer_late: std::time::Duration,
 }
 
@@ -161,6 +162,8 @@ impl RoleRuntime {
             for out in self.drain() {
                 self.execute(out).await;
             }
+            // Only what a timer wake put out carries its lateness.
+            self.timer_late = std::time::Duration::ZERO;
             let now = self.now();
             let deadline = [
                 self.late_timer
@@ -495,6 +498,7 @@ impl RoleRuntime {
                 self.training.start(self.ctx.clone(), start);
             }
             Output::StopTraining { job_id, epoch } => {
+                self.send_gaps.forget(job_id);
                 self.training.stop(&self.ctx, job_id, epoch);
             }
             Output::PrepareJob { spec_hash, .. } => {

@@ -55,7 +55,8 @@ impl SendGaps {
         })
     }
 
-    /// The job's heartbeats stopped (its epoch ended or training was stopped).
+    /// The job's heartbeat stream ends (training stopped) or starts afresh (a new epoch):
+    /// the next heartbeat has no gap to report.
     pub fn forget(&mut self, job: JobId) {
         self.last.remove(&job);
     }
