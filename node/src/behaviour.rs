@@ -37,6 +37,9 @@ pub struct Behaviour {
     pub kad: kad::Behaviour<kad::store::MemoryStore>,
     pub identify: identify::Behaviour,
     pub ping: ping::Behaviour,
+    /// Each new connection's two hellos (`hello`), so a joining node does not make the whole
+    /// mesh broadcast.
+    pub hello: crate::hello::Behaviour,
     /// Peers this node refuses and disconnects: empty unless a testnet partitions it
     /// (`--test-partition-control`).
     pub blocked: allow_block_list::Behaviour<BlockedPeers>,
@@ -81,6 +84,7 @@ fn behaviour(key: &Keypair) -> Result<Behaviour> {
         kad,
         identify,
         ping: ping::Behaviour::default(),
+        hello: crate::hello::behaviour(),
         blocked: allow_block_list::Behaviour::default(),
     })
 }

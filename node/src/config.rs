@@ -110,13 +110,16 @@ pub const DEFAULT_DETECTOR_TIMEOUT: Duration = Duration::from_millis(750);
 /// CPU priority than the runtime that sends them (`compute`); log lines are written by a
 /// thread of their own (`logging`); the chain cursor is synced on a blocking thread (an fsync
 /// held every node's runtime for up to 0.6 s); nodes started together do not refresh
-/// Kademlia or say hello in step (`behaviour::KAD_REFRESH`); a provider's heartbeats never
+/// Kademlia or say hello in step (`behaviour::KAD_REFRESH`), and one that joins does not make
+/// every other node say hello again (`hello`); a provider's heartbeats never
 /// wait for the client's catch-up, and the client judges silence only after its swarm has
 /// handed over what it had (`roles::late_timer`).
 ///
 /// At 300 the detection bench (16 processes on 2 cores, 20 faults of each kind struck at a
-/// random moment) noticed a frozen provider in 275 ms and a killed one in 184 ms (p50), and
-/// failed no honest provider over. The false-failover soak at 300 (30 minutes, two jobs
+/// random moment) noticed a frozen provider in 266 ms (p99 310) and a killed one in 158 ms
+/// (p99 273), and failed no honest provider over. Before joins stopped the hello round, the
+/// freeze p99 was 581: each restart in the bench held providers' heartbeats back for up to
+/// 260 ms, and one such gap widened the adaptive timeout for the next 32 heartbeats. The false-failover soak at 300 (30 minutes, two jobs
 /// training, a CPU hog) failed none over either: 1 heartbeat gap over 300 ms at the client in
 /// 34,475, and the providers reported 2 heartbeats sent late, none by 300 ms. An earlier soak
 /// had failed one over twice in 20 minutes, which kept the default at 500 until the cause

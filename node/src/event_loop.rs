@@ -24,6 +24,7 @@ use crate::behaviour::{Behaviour, BehaviourEvent};
 use crate::blobs::BlobNode;
 use crate::config::{NodeConfig, Role};
 use crate::events::NodeEvent;
+use crate::hello;
 use crate::inbound::{GossipTicket, Inbound};
 use crate::scoring;
 use crate::state::{HeartbeatStats, NodeState, PeerInfo, ReceivedMessage};
@@ -40,7 +41,8 @@ use gpuchain_protocol::types::Address;
 pub const COMMAND_QUEUE: usize = 256;
 /// Connections we open on our own to peers found through Kademlia, beyond which we stop.
 pub const TARGET_PEERS: usize = 24;
-/// A hello is (re)sent this long after a peer joins the jobs topic, batching joins.
+/// A node's first hello goes out this long after the first peer joins the hello topic, so
+/// that the mesh it is published to has formed.
 const HELLO_DEBOUNCE: Duration = Duration::from_millis(300);
 /// Heartbeat `seq` values within this distance of our clock are taken as send times for the
 /// latency figures (see `publish_heartbeats`).
@@ -147,6 +149,11 @@ pub struct EventLoop<V: GossipValidator> {
     heartbeat_seq: u64,
     last_heartbeat_us: u64,
     hello_due: Option<Instant>,
+    /// Whether this node's hello has gone out as gossip yet. Later joiners hear it through
+    /// the direct exchange (`hello`) and the periodic broadcast, not a new broadcast each.
+    hello_published: bool,
+    /// Connections whose peer has had its direct hello request answered.
+    hello_answered: HashSet<ConnectionId>,
     bootstrap_dials: HashSet<ConnectionId>,
     bootstrap_errors: Vec<String>,
     bootstrapped: bool,
@@ -183,6 +190,8 @@ impl<V: GossipValidator> EventLoop<V> {
             heartbeat_seq: 0,
             last_heartbeat_us: 0,
             hello_due: None,
+            hello_published: false,
+            hello_answered: HashSet::new(),
             bootstrap_dials: HashSet::new(),
             bootstrap_errors: Vec::new(),
             bootstrapped: config.bootstrap.is_empty(),
@@ -403,8 +412,9 @@ impl<V: GossipValidator> EventLoop<V> {
 
     fn publish_hello(&mut self) {
         let data = Message::NodeHello(self.hello()).encode();
-        if let Err(e) = self.publish(HELLO_TOPIC, data) {
-            tracing::debug!(error = %e, "hello not sent");
+        match self.publish(HELLO_TOPIC, data) {
+            Ok(_) => self.hello_published = true,
+            Err(e) => tracing::debug!(error = %e, "hello not sent"),
         }
     }
 
@@ -581,6 +591,8 @@ impl<V: GossipValidator> EventLoop<V> {
                 eth_address: r.eth_address.clone(),
                 rejected_messages: r.rejected_messages,
                 path_rtt_ms: r.path_rtt.map(|d| d.as_secs_f64() * 1000.0),
+                hellos_direct: r.hellos_direct,
+                hellos_gossip: r.hellos_gossip,
             })
             .collect();
         v.sort_by(|a, b| a.peer_id.cmp(&b.peer_id));
@@ -604,8 +616,17 @@ impl<V: GossipValidator> EventLoop<V> {
                 peer_id,
                 connection_id,
                 endpoint,
+                num_established,
                 ..
             } => {
+                // One exchange per pair of peers: the dialer of their first connection asks.
+                if endpoint.is_dialer() && num_established.get() == 1 {
+                    let hello = Message::NodeHello(self.hello()).encode();
+                    self.swarm
+                        .behaviour_mut()
+                        .hello
+                        .send_request(&peer_id, hello);
+                }
                 if self.bootstrap_dials.remove(&connection_id) && !self.bootstrapped {
                     self.bootstrapped = true;
                     crate::events::emit(
@@ -638,7 +659,12 @@ impl<V: GossipValidator> EventLoop<V> {
                     "",
                 );
             }
-            SwarmEvent::ConnectionClosed { peer_id, .. } => {
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                connection_id,
+                ..
+            } => {
+                self.hello_answered.remove(&connection_id);
                 let rec = self.state.peer(peer_id);
                 rec.connections = rec.connections.saturating_sub(1);
                 rec.last_seen = now_us();
@@ -677,6 +703,7 @@ impl<V: GossipValidator> EventLoop<V> {
                 }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(ev)) => self.on_gossip(ev),
+            SwarmEvent::Behaviour(BehaviourEvent::Hello(ev)) => self.on_direct_hello(ev),
             SwarmEvent::Behaviour(BehaviourEvent::Ping(ping::Event {
                 peer,
                 result: Ok(rtt),
@@ -824,7 +851,7 @@ impl<V: GossipValidator> EventLoop<V> {
                 match checked.into_message() {
                     Message::NodeHello(h) => {
                         if let Some(source) = message.source {
-                            self.on_hello(source, h);
+                            self.on_hello(source, h, false);
                         }
                     }
                     Message::Heartbeat(hb) => {
@@ -836,7 +863,10 @@ impl<V: GossipValidator> EventLoop<V> {
                 }
             }
             gossipsub::Event::Subscribed { peer_id, topic } => {
-                if topic.as_str() == HELLO_TOPIC && self.hello_due.is_none() {
+                if topic.as_str() == HELLO_TOPIC
+                    && !self.hello_published
+                    && self.hello_due.is_none()
+                {
                     self.hello_due = Some(Instant::now() + HELLO_DEBOUNCE);
                 }
                 tracing::debug!(peer = %peer_id, %topic, "peer subscribed");
@@ -845,7 +875,78 @@ impl<V: GossipValidator> EventLoop<V> {
         }
     }
 
-    fn on_hello(&mut self, source: PeerId, h: NodeHello) {
+    /// The direct exchange (`hello`): a request is answered with this node's own hello.
+    fn on_direct_hello(&mut self, ev: hello::Event) {
+        use libp2p::request_response::{Event, Message as Rr};
+        match ev {
+            Event::Message {
+                peer,
+                connection_id,
+                message: Rr::Request {
+                    request, channel, ..
+                },
+            } => {
+                // One per connection: a peer cannot make us verify signatures in a loop
+                // without paying for a new connection each time.
+                if !self.hello_answered.insert(connection_id) {
+                    // Dropping the channel closes the stream unanswered.
+                    tracing::debug!(%peer, "a second hello request on one connection; dropped");
+                    return;
+                }
+                self.take_direct_hello(peer, &request);
+                let mine = Message::NodeHello(self.hello()).encode();
+                if self
+                    .swarm
+                    .behaviour_mut()
+                    .hello
+                    .send_response(channel, mine)
+                    .is_err()
+                {
+                    tracing::debug!(%peer, "hello answer not sent: the connection closed");
+                }
+            }
+            Event::Message {
+                peer,
+                message: Rr::Response { response, .. },
+                ..
+            } => {
+                if response.is_empty() {
+                    // Not answered (see above): it knows us already from this connection.
+                    tracing::debug!(%peer, "hello request declined");
+                } else {
+                    self.take_direct_hello(peer, &response);
+                }
+            }
+            Event::OutboundFailure { peer, error, .. } => {
+                tracing::debug!(%peer, %error, "hello exchange failed");
+            }
+            Event::InboundFailure { peer, error, .. } => {
+                tracing::debug!(%peer, %error, "hello request not answered");
+            }
+            Event::ResponseSent { .. } => {}
+        }
+    }
+
+    /// A hello the peer itself sent on a connection: judged like gossip, the connection's
+    /// authenticated peer standing in for the signed author.
+    fn take_direct_hello(&mut self, peer: PeerId, data: &[u8]) {
+        let (verdict, checked) = self.validator.validate(HELLO_TOPIC, Some(&peer), data);
+        match (verdict, checked.map(|c| c.into_message())) {
+            (Verdict::Accept, Some(Message::NodeHello(h))) => self.on_hello(peer, h, true),
+            (verdict, _) => {
+                self.state.peer(peer).rejected_messages += 1;
+                crate::events::emit(
+                    NodeEvent::HelloRefused {
+                        peer: peer.to_string(),
+                        reason: format!("{verdict:?}"),
+                    },
+                    "refused a direct hello",
+                );
+            }
+        }
+    }
+
+    fn on_hello(&mut self, source: PeerId, h: NodeHello, direct: bool) {
         // The validator checked that the endpoint id is the one derived from `source`.
         let addrs = parse_blob_endpoint(&h.blob_endpoint)
             .map(|(_, a)| a)
@@ -862,6 +963,11 @@ impl<V: GossipValidator> EventLoop<V> {
             .collect();
         rec.eth_address = Some(h.address.to_string());
         rec.last_seen = now_us();
+        if direct {
+            rec.hellos_direct += 1;
+        } else {
+            rec.hellos_gossip += 1;
+        }
         // Ping may have measured the path before the peer said who it is.
         self.report_rtt(source);
         if h.roles.contains(&WireRole::Client) {
@@ -870,6 +976,7 @@ impl<V: GossipValidator> EventLoop<V> {
         crate::events::emit(
             NodeEvent::Hello {
                 peer: source.to_string(),
+                direct,
             },
             "",
         );

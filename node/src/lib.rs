@@ -12,6 +12,7 @@ pub mod event_loop;
 pub mod events;
 pub mod handle;
 pub mod hardware;
+pub mod hello;
 pub mod identity;
 pub mod inbound;
 pub mod keys;

@@ -30,6 +30,10 @@ pub struct PeerInfo {
     /// The least ping round trip since this connection opened, ms: what a client raises the
     /// peer's liveness floor by (None until the first ping).
     pub path_rtt_ms: Option<f64>,
+    /// Hellos accepted from the peer by the direct exchange on a new connection, and by
+    /// gossip (its first and its periodic ones).
+    pub hellos_direct: u64,
+    pub hellos_gossip: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -82,6 +86,8 @@ pub struct PeerRecord {
     /// a sample taken while either host was busy measures the host (the detector's adaptive
     /// margin is for jitter).
     pub path_rtt: Option<std::time::Duration>,
+    pub hellos_direct: u64,
+    pub hellos_gossip: u64,
 }
 
 #[derive(Debug, Default)]

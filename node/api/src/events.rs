@@ -72,6 +72,13 @@ pub enum NodeEvent {
     },
     Hello {
         peer: String,
+        /// Through the direct exchange on a new connection, not gossip.
+        direct: bool,
+    },
+    /// A peer's direct hello failed validation; the peer is not learned from it.
+    HelloRefused {
+        peer: String,
+        reason: String,
     },
     GossipIgnored {
         peer: String,
@@ -423,6 +430,7 @@ impl NodeEvent {
             }
             FaultEnabled { .. }
             | GossipRejected { .. }
+            | HelloRefused { .. }
             | RolesQueueFull { .. }
             | VerdictDropped { .. }
             | ApiRefused { .. }

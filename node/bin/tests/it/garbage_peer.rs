@@ -243,3 +243,132 @@ async fn garbage_peer_is_rejected_and_scored_down() {
     );
     assert!(honest.status()["peer_id"].is_string());
 }
+
+fn hello_swarm() -> Swarm<gpuchain_node::hello::Behaviour> {
+    libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default(),
+            noise::Config::new,
+            yamux::Config::default,
+        )
+        .expect("tcp")
+        .with_behaviour(|_| gpuchain_node::hello::behaviour())
+        .expect("behaviour")
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+        .build()
+}
+
+/// A signed hello naming `peer` and the blob endpoint of `endpoint_of`.
+fn hello_for(peer: &libp2p::PeerId, endpoint_of: &libp2p::PeerId) -> Vec<u8> {
+    Message::NodeHello(
+        NodeHello {
+            peer_id: peer.to_bytes(),
+            address: Address::ZERO,
+            roles: vec![],
+            hardware: Hardware {
+                device: DeviceKind::Cpu,
+                memory_bytes: 0,
+            },
+            blob_endpoint: encode_blob_endpoint(
+                &gpuchain_node::identity::endpoint_id_hex(endpoint_of).expect("ed25519"),
+                &["127.0.0.1:9".parse().expect("addr")],
+            ),
+            issued_at: 1,
+            signature: Sig65::ZERO,
+        }
+        .sign(&SigningKey::from_seed(5)),
+    )
+    .encode()
+}
+
+/// Connects (anew) and sends `hellos` one after another on that one connection, returning
+/// what came back for each: the node's hello bytes, empty when it did not answer.
+async fn exchange(
+    swarm: &mut Swarm<gpuchain_node::hello::Behaviour>,
+    node: &libp2p::PeerId,
+    addr: &Multiaddr,
+    hellos: Vec<Vec<u8>>,
+) -> Vec<Vec<u8>> {
+    use libp2p::request_response::{Event, Message as Rr};
+    if swarm.is_connected(node) {
+        let _ = swarm.disconnect_peer_id(*node);
+        while swarm.is_connected(node) {
+            let _ =
+                tokio::time::timeout(Duration::from_millis(100), swarm.select_next_some()).await;
+        }
+    }
+    swarm.dial(addr.clone()).expect("dial");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !swarm.is_connected(node) {
+        assert!(Instant::now() < deadline, "never connected");
+        let _ = tokio::time::timeout(Duration::from_millis(100), swarm.select_next_some()).await;
+    }
+    let mut answers = Vec::new();
+    for hello in hellos {
+        swarm.behaviour_mut().send_request(node, hello);
+        let answer = loop {
+            assert!(Instant::now() < deadline, "no answer nor failure");
+            match tokio::time::timeout(Duration::from_millis(100), swarm.select_next_some()).await {
+                Ok(SwarmEvent::Behaviour(Event::Message {
+                    message: Rr::Response { response, .. },
+                    ..
+                })) => break response,
+                Ok(SwarmEvent::Behaviour(Event::OutboundFailure { error, .. })) => {
+                    eprintln!("hello request failed: {error}");
+                    break Vec::new();
+                }
+                _ => {}
+            }
+        };
+        answers.push(answer);
+    }
+    answers
+}
+
+/// The direct hello exchange that opens a connection is judged like a gossip hello: the
+/// node learns a peer from its own hello, refuses one that speaks for another peer, and
+/// answers one request per connection, so a peer cannot make it verify signatures in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_hello_is_judged_like_gossip_and_answered_once_per_connection() {
+    let root = tempfile::tempdir().expect("tmp");
+    let victim = Node::start("victim", &root.path().join("v"), None, &[]);
+    let addr: Multiaddr = victim.tcp_addr.parse().expect("multiaddr");
+    let victim_id: libp2p::PeerId = victim.peer_id.parse().expect("peer id");
+    let mut peer = hello_swarm();
+    let me = *peer.local_peer_id();
+
+    // Its own hello, then the same again on the same connection.
+    let own = hello_for(&me, &me);
+    let answers = exchange(&mut peer, &victim_id, &addr, vec![own.clone(), own]).await;
+    match Message::decode(&answers[0]) {
+        Ok(Message::NodeHello(h)) => assert_eq!(h.peer_id, victim_id.to_bytes()),
+        other => panic!("the node did not answer with its hello: {other:?}"),
+    }
+    assert!(answers[1].is_empty(), "a second answer on one connection");
+    let rec = victim.peer(&me.to_string()).expect("peer known");
+    assert_eq!(rec["hellos_direct"], 1, "{rec}");
+    assert_eq!(rec["blob_addrs"], json!(["127.0.0.1:9"]), "{rec}");
+    assert_eq!(rec["rejected_messages"], 0, "{rec}");
+
+    // On a new connection, a hello that speaks for another peer: answered, but refused.
+    let other = libp2p::identity::Keypair::generate_ed25519()
+        .public()
+        .to_peer_id();
+    let answers = exchange(
+        &mut peer,
+        &victim_id,
+        &addr,
+        vec![hello_for(&other, &other)],
+    )
+    .await;
+    assert!(!answers[0].is_empty(), "no answer on a new connection");
+    let rec = victim.peer(&me.to_string()).expect("peer known");
+    assert_eq!(rec["hellos_direct"], 1, "{rec}");
+    assert_eq!(rec["rejected_messages"], 1, "{rec}");
+    assert!(
+        victim
+            .peer(&other.to_string())
+            .is_none_or(|p| p["blob_addrs"] == json!([]))
+    );
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::{start_mesh, wait_until};
+use crate::common::{Node, start_mesh, wait_until};
 use gpuchain_node::topics::{heartbeat_topic, job_topic};
 use gpuchain_node::wire::{Heartbeat, Message};
 use gpuchain_protocol::signing::{Sig65, SigningKey};
@@ -49,6 +49,26 @@ fn five_nodes_mesh_gossip_and_heartbeats() {
                 })
         })
     });
+
+    // A node that comes back learns every peer it connects to from the hello exchange that
+    // opens each connection, and they learn it, with no round of gossip broadcasts (`hello`).
+    nodes[4].restart();
+    let back = nodes[4].peer_id.clone();
+    wait_until(
+        "direct hellos with the restarted node",
+        Duration::from_secs(30),
+        || {
+            let others: Vec<&Node> = nodes.iter().filter(|n| n.peer_id != back).collect();
+            let direct = |p: Option<serde_json::Value>| {
+                p.is_some_and(|p| p["hellos_direct"].as_u64().unwrap_or(0) >= 1)
+            };
+            others.iter().all(|m| {
+                nodes[4].knows_blobs_of(&m.peer_id)
+                    && direct(nodes[4].peer(&m.peer_id))
+                    && direct(m.peer(&back))
+            })
+        },
+    );
 
     let topic = job_topic(U256::from(7));
     for n in &nodes {
