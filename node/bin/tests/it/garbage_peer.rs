@@ -18,9 +18,10 @@ use libp2p::swarm::SwarmEvent;
 use libp2p::{Multiaddr, Swarm, noise, tcp, yamux};
 use serde_json::json;
 
-fn raw_swarm(
-    auth: impl FnOnce(&libp2p::identity::Keypair) -> MessageAuthenticity,
-) -> Swarm<gossipsub::Behaviour> {
+/// A bare libp2p peer over tcp with only the behaviour `make` builds.
+fn bare_swarm<B: libp2p::swarm::NetworkBehaviour>(
+    make: impl FnOnce(&libp2p::identity::Keypair) -> B,
+) -> Swarm<B> {
     libp2p::SwarmBuilder::with_new_identity()
         .with_tokio()
         .with_tcp(
@@ -29,17 +30,23 @@ fn raw_swarm(
             yamux::Config::default,
         )
         .expect("tcp")
-        .with_behaviour(|key| {
-            let config = gossipsub::ConfigBuilder::default()
-                .heartbeat_interval(Duration::from_millis(200))
-                .validation_mode(gossipsub::ValidationMode::None)
-                .build()
-                .expect("config");
-            gossipsub::Behaviour::new(auth(key), config).expect("gossipsub")
-        })
+        .with_behaviour(make)
         .expect("behaviour")
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
         .build()
+}
+
+fn raw_swarm(
+    auth: impl FnOnce(&libp2p::identity::Keypair) -> MessageAuthenticity,
+) -> Swarm<gossipsub::Behaviour> {
+    bare_swarm(|key| {
+        let config = gossipsub::ConfigBuilder::default()
+            .heartbeat_interval(Duration::from_millis(200))
+            .validation_mode(gossipsub::ValidationMode::None)
+            .build()
+            .expect("config");
+        gossipsub::Behaviour::new(auth(key), config).expect("gossipsub")
+    })
 }
 
 /// Drives the swarm until `node` is subscribed to `topic` as seen from the swarm.
@@ -126,25 +133,7 @@ async fn garbage_peer_is_rejected_and_scored_down() {
     // Correctly signed with an Ethereum key, but it claims the honest node's peer id and
     // blob endpoint while the gossip message is signed by the garbage peer.
     let honest_peer: libp2p::PeerId = honest.peer_id.parse().expect("peer id");
-    let impostor_hello = Message::NodeHello(
-        NodeHello {
-            peer_id: honest_peer.to_bytes(),
-            address: Address::ZERO,
-            roles: vec![],
-            hardware: Hardware {
-                device: DeviceKind::Cpu,
-                memory_bytes: 0,
-            },
-            blob_endpoint: encode_blob_endpoint(
-                &gpuchain_node::identity::endpoint_id_hex(&honest_peer).expect("ed25519"),
-                &["127.0.0.1:9".parse().expect("addr")],
-            ),
-            issued_at: 1,
-            signature: Sig65::ZERO,
-        }
-        .sign(&SigningKey::from_seed(3)),
-    )
-    .encode();
+    let impostor_hello = hello_for(&honest_peer, &honest_peer);
     // A valid heartbeat for job 99, sent on job 8's topic.
     let off_topic = Message::Heartbeat(
         Heartbeat {
@@ -244,21 +233,6 @@ async fn garbage_peer_is_rejected_and_scored_down() {
     assert!(honest.status()["peer_id"].is_string());
 }
 
-fn hello_swarm() -> Swarm<gpuchain_node::hello::Behaviour> {
-    libp2p::SwarmBuilder::with_new_identity()
-        .with_tokio()
-        .with_tcp(
-            tcp::Config::default(),
-            noise::Config::new,
-            yamux::Config::default,
-        )
-        .expect("tcp")
-        .with_behaviour(|_| gpuchain_node::hello::behaviour())
-        .expect("behaviour")
-        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
-        .build()
-}
-
 /// A signed hello naming `peer` and the blob endpoint of `endpoint_of`.
 fn hello_for(peer: &libp2p::PeerId, endpoint_of: &libp2p::PeerId) -> Vec<u8> {
     Message::NodeHello(
@@ -335,7 +309,7 @@ async fn a_direct_hello_is_judged_like_gossip_and_answered_once_per_connection()
     let victim = Node::start("victim", &root.path().join("v"), None, &[]);
     let addr: Multiaddr = victim.tcp_addr.parse().expect("multiaddr");
     let victim_id: libp2p::PeerId = victim.peer_id.parse().expect("peer id");
-    let mut peer = hello_swarm();
+    let mut peer = bare_swarm(|_| gpuchain_node::hello::behaviour());
     let me = *peer.local_peer_id();
 
     // Its own hello, then the same again on the same connection.
