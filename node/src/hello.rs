@@ -5,8 +5,8 @@
 //! Why not gossip: a node that (re)joins used to make every node it reached broadcast its
 //! hello again, so one restart cost every node in the mesh a validation of every other
 //! node's hello. On sixteen processes sharing two cores that burst held providers'
-//! heartbeats 100–260 ms, enough to widen the client's adaptive timeout for the next few
-//! seconds. Directly, a join costs one exchange per new connection. The hello topic keeps
+//! heartbeats back by up to 260 ms, enough to widen the client's adaptive timeout for the
+//! next few seconds. Directly, a join costs one exchange per new connection. The hello topic keeps
 //! the periodic broadcast (for peers that are not connected) and each node's own first hello.
 //!
 //! The bytes are the gossip payload unchanged and go through the same validator, with the
