@@ -385,7 +385,8 @@ impl<V: GossipValidator> EventLoop<V> {
         }
     }
 
-    fn hello(&self) -> NodeHello {
+    /// This node's signed hello, encoded as it goes out, on gossip and directly alike.
+    fn hello(&self) -> Vec<u8> {
         let roles = self
             .roles
             .iter()
@@ -395,7 +396,7 @@ impl<V: GossipValidator> EventLoop<V> {
                 Role::Verifier => WireRole::Verifier,
             })
             .collect();
-        NodeHello {
+        let hello = NodeHello {
             peer_id: self.swarm.local_peer_id().to_bytes(),
             address: self.eth_address,
             roles,
@@ -406,13 +407,12 @@ impl<V: GossipValidator> EventLoop<V> {
             ),
             issued_at: now_us() / 1_000_000,
             signature: Sig65::ZERO,
-        }
-        .sign(&self.eth_key)
+        };
+        Message::NodeHello(hello.sign(&self.eth_key)).encode()
     }
 
     fn publish_hello(&mut self) {
-        let data = Message::NodeHello(self.hello()).encode();
-        match self.publish(HELLO_TOPIC, data) {
+        match self.publish(HELLO_TOPIC, self.hello()) {
             Ok(_) => self.hello_published = true,
             Err(e) => tracing::debug!(error = %e, "hello not sent"),
         }
@@ -621,7 +621,7 @@ impl<V: GossipValidator> EventLoop<V> {
             } => {
                 // One exchange per pair of peers: the dialer of their first connection asks.
                 if endpoint.is_dialer() && num_established.get() == 1 {
-                    let hello = Message::NodeHello(self.hello()).encode();
+                    let hello = self.hello();
                     self.swarm
                         .behaviour_mut()
                         .hello
@@ -894,7 +894,7 @@ impl<V: GossipValidator> EventLoop<V> {
                     return;
                 }
                 self.take_direct_hello(peer, &request);
-                let mine = Message::NodeHello(self.hello()).encode();
+                let mine = self.hello();
                 if self
                     .swarm
                     .behaviour_mut()
