@@ -50,6 +50,12 @@ const MAX_UNCONFIRMED_OFFERS: usize = 64;
 /// published again: several blocks on a public chain, so a decision normally lands first.
 pub const REGOSSIP_AFTER: Duration = Duration::from_secs(10);
 
+/// A provider's announcement that goes out again with no decision since waits twice as long
+/// before the next time, up to this many times `REGOSSIP_AFTER`: a committee that is only
+/// slow (replaying from anchors can take longer than a fast provider's interval) already
+/// has it, and each copy is the interval's state hashes to every member and the client.
+pub const REGOSSIP_BACKOFF_MAX: u32 = 8;
+
 /// How long a quorum of accepts on our checkpoint waits for someone else (the client, whose
 /// job it is) to land it before the provider submits it: long enough that an honest client's
 /// transaction is normally first, so the accept is not paid for twice in gas.
@@ -229,9 +235,10 @@ pub struct ProviderConfig {
     /// Bids stay valid this many seconds past the latest block time.
     pub bid_ttl_secs: u64,
     pub heartbeat_period: Duration,
-    /// An announcement the escrow has not decided this long after it was published is
-    /// published again (with every undecided one before it): gossip can lose a message, and
-    /// a verifier that missed one waits for it before it checks the next.
+    /// The oldest announcement the escrow has not decided this long after it was published
+    /// is published again (then after twice as long, up to `REGOSSIP_BACKOFF_MAX` times):
+    /// gossip can lose a message, and a verifier that missed one waits for it before it
+    /// checks the next.
     pub regossip_after: Duration,
     pub vetting: Vetting,
     /// Beside the spec's `min_memory_bytes`, the trainer's own judgement of whether the
@@ -280,12 +287,40 @@ pub struct Training {
     /// The job's heartbeat topic, formatted once: a 256-bit id in decimal on every
     /// heartbeat was a tenth of the heartbeat's cost.
     heartbeat_topic: String,
-    /// This epoch's announcements the escrow has not decided yet, by step, each with when it
-    /// was last published.
-    undecided: BTreeMap<Step, (CheckpointAnnounce, Time)>,
+    /// This epoch's announcements the escrow has not decided yet, by step.
+    undecided: BTreeMap<Step, Undecided>,
+    /// When the oldest of them goes out again: read on every heartbeat, kept here so that
+    /// a heartbeat with nothing due does not visit the map.
+    regossip_due: Option<Time>,
+}
+
+/// One of our announcements the escrow has not decided.
+#[derive(Clone, Debug, PartialEq)]
+struct Undecided {
+    ann: CheckpointAnnounce,
+    /// When it was last published.
+    at: Time,
+    /// How many times it went out again.
+    resent: u32,
+}
+
+impl Undecided {
+    /// When it goes out again if still undecided: `after`, doubled for each time it already
+    /// did, at most `REGOSSIP_BACKOFF_MAX` times `after`.
+    fn due(&self, after: Duration) -> Time {
+        let factor = 1u32
+            .checked_shl(self.resent)
+            .unwrap_or(u32::MAX)
+            .min(REGOSSIP_BACKOFF_MAX);
+        self.at.saturating_add(after.saturating_mul(factor))
+    }
 }
 
 impl Training {
+    fn rearm_regossip(&mut self, after: Duration) {
+        self.regossip_due = self.undecided.values().next().map(|u| u.due(after));
+    }
+
     /// The trainer has reported a checkpoint step whose checkpoint is not ready yet: it is
     /// hashing the interval's states and adding the blobs.
     fn checkpointing(&self) -> bool {
@@ -669,18 +704,22 @@ impl Provider {
         let Some(t) = self.jobs.get_mut(&job_id).and_then(|j| j.training.as_mut()) else {
             return;
         };
-        // Checked on the heartbeat's timer, which runs while an epoch is live anyway.
-        if t.undecided
-            .values()
-            .any(|(_, at)| now >= at.saturating_add(regossip_after))
+        // Checked on the heartbeat's timer, which runs while an epoch is live anyway. Only the
+        // oldest: the escrow decides a job's checkpoints in step order, so it is the one the
+        // committee and the client wait on, and a later one a receiver missed (or ignored
+        // with its queue full) becomes the oldest in its turn. Sending every undecided one
+        // each time made a provider ahead of a slow committee publish its whole backlog,
+        // 16 KB each, every 10 s.
+        if t.regossip_due.is_some_and(|due| now >= due)
+            && let Some(u) = t.undecided.values_mut().next()
         {
-            for (ann, at) in t.undecided.values_mut() {
-                *at = now;
-                self.outputs.push_back(Output::Publish {
-                    topic: job_topic(job_id),
-                    message: Message::CheckpointAnnounce(ann.clone()),
-                });
-            }
+            u.at = now;
+            u.resent = u.resent.saturating_add(1);
+            self.outputs.push_back(Output::Publish {
+                topic: job_topic(job_id),
+                message: Message::CheckpointAnnounce(u.ann.clone()),
+            });
+            t.rearm_regossip(regossip_after);
         }
         t.seq += 1;
         t.next_heartbeat = now.saturating_add(period);
@@ -844,6 +883,7 @@ impl Provider {
                     next_heartbeat: now,
                     heartbeat_topic: heartbeat_topic(job_id),
                     undecided: BTreeMap::new(),
+                    regossip_due: None,
                 });
                 self.outputs.push_back(Output::Subscribe {
                     topic: job_topic(job_id),
@@ -917,6 +957,13 @@ impl Provider {
                         .filter(|t| t.epoch == epoch)
                 {
                     t.undecided.retain(|s, _| *s > step);
+                    // The committee turns to the next one only now: its wait starts here,
+                    // or a committee slower than our interval would be sent each one again
+                    // the moment it came up.
+                    if let Some(u) = t.undecided.values_mut().next() {
+                        u.at = u.at.max(now);
+                    }
+                    t.rearm_regossip(self.config.regossip_after);
                 }
             }
             ChainEvent::JobSettled { .. } => {}
@@ -982,7 +1029,15 @@ impl Provider {
         .sign(&self.key);
         t.last_announced = step;
         t.last_step = t.last_step.max(step);
-        t.undecided.insert(step, (ann.clone(), now));
+        t.undecided.insert(
+            step,
+            Undecided {
+                ann: ann.clone(),
+                at: now,
+                resent: 0,
+            },
+        );
+        t.rearm_regossip(self.config.regossip_after);
         if let Some(job) = self.jobs.get_mut(&job_id) {
             job.claims.insert(
                 (epoch, step),

@@ -296,28 +296,52 @@ fn announced_two(k: &Keys) -> Provider {
 }
 
 #[test]
-fn undecided_announcements_are_published_again_in_order() {
+fn the_oldest_undecided_announcement_is_published_again_with_backoff() {
+    use gpuchain_protocol::provider::REGOSSIP_BACKOFF_MAX;
     let k = keys();
     let mut p = announced_two(&k);
     let after = gpuchain_protocol::provider::REGOSSIP_AFTER;
     // Heartbeats before then carry no announcement.
-    p.handle_timeout(t(200).saturating_add(after - std::time::Duration::from_millis(1)));
+    p.handle_timeout(t(200).saturating_add(after / 2));
     assert!(announced_steps(&drain(&mut p)).is_empty());
-    // The escrow has decided neither: both go out again, the older first (a verifier that
-    // missed 50 checks nothing after it until it has it).
-    let later = t(300).saturating_add(after);
-    p.handle_timeout(later);
-    assert_eq!(announced_steps(&drain(&mut p)), vec![50, 100]);
-    // Accepting 50 settles it; 100 is still published again.
-    p.handle_input(later, accepted(1, 50, ckpt(0xa, 50), &k.a));
-    p.handle_timeout(later.saturating_add(after));
+    // The escrow has decided neither: only 50 goes out again, since the escrow decides in
+    // step order and 100 waits on it.
+    let first = t(300).saturating_add(after);
+    p.handle_timeout(first);
+    assert_eq!(announced_steps(&drain(&mut p)), vec![50]);
+    // Still undecided: the next time is twice as long after, then four times, up to
+    // REGOSSIP_BACKOFF_MAX times.
+    let mut at = first;
+    let mut sent = Vec::new();
+    for factor in [2, 4, 8, 8, 8] {
+        let due = at.saturating_add(after * factor);
+        // Probed well before it (a heartbeat just before would hold the next one past it).
+        p.handle_timeout(at.saturating_add(after * factor - after / 2));
+        assert!(
+            announced_steps(&drain(&mut p)).is_empty(),
+            "not before {factor}× the wait"
+        );
+        p.handle_timeout(due);
+        sent.push(announced_steps(&drain(&mut p)));
+        at = due;
+    }
+    assert_eq!(sent, vec![vec![50]; 5]);
+    assert_eq!(REGOSSIP_BACKOFF_MAX, 8);
+    // Accepting 50 settles it; 100's wait starts at the decision, when the committee turns
+    // to it, not at its publication long before.
+    let decided = at.saturating_add(after);
+    p.handle_input(decided, accepted(1, 50, ckpt(0xa, 50), &k.a));
+    p.handle_timeout(decided.saturating_add(after / 2));
+    assert!(announced_steps(&drain(&mut p)).is_empty());
+    p.handle_timeout(decided.saturating_add(after));
     assert_eq!(announced_steps(&drain(&mut p)), vec![100]);
     // Another provider's acceptance settles nothing of ours.
+    let later = decided.saturating_add(after);
     p.handle_input(later, accepted(1, 100, ckpt(0xa, 100), &k.b));
     p.handle_timeout(later.saturating_add(after * 2));
     assert_eq!(announced_steps(&drain(&mut p)), vec![100]);
     p.handle_input(later, accepted(1, 100, ckpt(0xa, 100), &k.a));
-    p.handle_timeout(later.saturating_add(after * 3));
+    p.handle_timeout(later.saturating_add(after * 20));
     assert!(announced_steps(&drain(&mut p)).is_empty(), "all decided");
 }
 
