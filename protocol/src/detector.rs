@@ -53,7 +53,6 @@
 //! last step is reached nothing more is expected, so a finished provider waiting for its
 //! decision is never stalled.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::time::Time;
@@ -70,6 +69,84 @@ pub const PHI_K: f64 = 4.0;
 pub const STEP_WINDOW: usize = 16;
 /// Step times needed before the estimate is trusted over `first_step_floor`.
 pub const MIN_STEP_SAMPLES: usize = 3;
+/// The last `N` samples (saturated to `u32`: 49 days of milliseconds) with their running
+/// sums, held inline: the detector's timeouts are read on every heartbeat and, by the client,
+/// for every live job after each of its inputs, so a walk over the window each time, in a
+/// buffer of its own that was cold at every heartbeat, was the detector's main cost at many
+/// jobs.
+#[derive(Clone, Debug)]
+struct Window<const N: usize> {
+    samples: [u32; N],
+    /// Where the oldest sample is.
+    head: usize,
+    len: usize,
+    sum: u64,
+    sum_sq: u128,
+}
+
+impl<const N: usize> Window<N> {
+    fn new() -> Self {
+        Window {
+            samples: [0; N],
+            head: 0,
+            len: 0,
+            sum: 0,
+            sum_sq: 0,
+        }
+    }
+
+    fn push(&mut self, x: u64) {
+        let x = u32::try_from(x).unwrap_or(u32::MAX);
+        let at = (self.head + self.len) % N;
+        if self.len == N {
+            let old = self.samples[self.head];
+            self.sum -= u64::from(old);
+            self.sum_sq -= u128::from(old) * u128::from(old);
+            self.head = (self.head + 1) % N;
+        } else {
+            self.len += 1;
+        }
+        self.samples[at] = x;
+        self.sum += u64::from(x);
+        self.sum_sq += u128::from(x) * u128::from(x);
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The mean, rounded down; 0 when empty.
+    fn mean_floor(&self) -> u64 {
+        self.sum.checked_div(self.len as u64).unwrap_or(0)
+    }
+
+    /// The mean and the (population) variance, from the exact integer sums.
+    fn mean_var(&self) -> (f64, f64) {
+        if self.len == 0 {
+            return (0.0, 0.0);
+        }
+        let n = self.len as u128;
+        let sum = u128::from(self.sum);
+        // n·Σx² − (Σx)² ≥ 0 exactly (Cauchy–Schwarz), then one rounding each.
+        let spread = (n * self.sum_sq).saturating_sub(sum * sum);
+        let n = n as f64;
+        (sum as f64 / n, spread as f64 / (n * n))
+    }
+
+    /// The mean of the last `k` samples (at least one), rounded down; 0 when empty.
+    fn recent_mean_floor(&self, k: usize) -> u64 {
+        let k = k.min(self.len);
+        if k == 0 {
+            return 0;
+        }
+        let newest = self.head + self.len;
+        let total: u64 = (1..=k)
+            .map(|i| u64::from(self.samples[(newest - i) % N]))
+            .sum();
+        total / k as u64
+    }
+}
+
 /// The allowance while checkpointing is at least this many times the slowest checkpoint seen
 /// (plus the slack).
 pub const CHECKPOINT_FACTOR: u32 = 2;
@@ -170,7 +247,7 @@ struct Progress {
     /// Whether `clock` was started by a checkpoint's end rather than by an advance.
     clock_after_checkpoint: bool,
     /// Per-step times in ms (starvation left out) of advances that made no checkpoint.
-    step_ms: VecDeque<u64>,
+    step_ms: Window<STEP_WINDOW>,
     /// The slowest checkpoint seen, in ms.
     checkpoint_ms: u64,
     /// When the provider began the checkpoint it is making, if it says it is.
@@ -186,7 +263,7 @@ pub struct FailureDetector {
     armed_at: Time,
     last_heard: Time,
     heard_any: bool,
-    gaps_ms: VecDeque<u64>,
+    gaps_ms: Window<GAP_WINDOW>,
     /// The liveness deadline.
     deadline: Time,
     progress: Option<Progress>,
@@ -203,7 +280,7 @@ impl FailureDetector {
             armed_at: now,
             last_heard: now,
             heard_any: false,
-            gaps_ms: VecDeque::with_capacity(GAP_WINDOW),
+            gaps_ms: Window::new(),
             deadline: now.saturating_add(config.timeout),
             progress: None,
             rtt: None,
@@ -232,7 +309,7 @@ impl FailureDetector {
             last_step: spec.start_step,
             clock: None,
             clock_after_checkpoint: false,
-            step_ms: VecDeque::with_capacity(STEP_WINDOW),
+            step_ms: Window::new(),
             checkpoint_ms: 0,
             checkpointing_since: None,
             starved_ms: 0,
@@ -244,11 +321,8 @@ impl FailureDetector {
     /// A new heartbeat arrived at `now`.
     pub fn heard(&mut self, now: Time) {
         if self.heard_any && now > self.last_heard {
-            if self.gaps_ms.len() == GAP_WINDOW {
-                self.gaps_ms.pop_front();
-            }
             self.gaps_ms
-                .push_back(now.since(self.last_heard).as_millis() as u64);
+                .push(now.since(self.last_heard).as_millis() as u64);
         }
         // The wait for the first heartbeat (the provider starting up) is not a gap.
         self.heard_any = true;
@@ -271,11 +345,8 @@ impl FailureDetector {
                 let made_checkpoint = !p.clock_after_checkpoint
                     && checkpoint_between(p.spec.checkpoint_interval, p.last_step, step);
                 if !made_checkpoint {
-                    if p.step_ms.len() == STEP_WINDOW {
-                        p.step_ms.pop_front();
-                    }
                     p.step_ms
-                        .push_back(elapsed.saturating_sub(starved) / (step - p.last_step));
+                        .push(elapsed.saturating_sub(starved) / (step - p.last_step));
                 }
             }
             // The first advance measures start-up, not a step: it only starts the clock.
@@ -310,14 +381,7 @@ impl FailureDetector {
         if self.gaps_ms.len() < MIN_GAPS {
             return ceiling;
         }
-        let n = self.gaps_ms.len() as f64;
-        let mean = self.gaps_ms.iter().map(|&g| g as f64).sum::<f64>() / n;
-        let var = self
-            .gaps_ms
-            .iter()
-            .map(|&g| (g as f64 - mean).powi(2))
-            .sum::<f64>()
-            / n;
+        let (mean, var) = self.gaps_ms.mean_var();
         let adaptive = Duration::from_millis((2.0 * mean + PHI_K * var.sqrt()).ceil() as u64);
         let path = self.rtt.map_or(Duration::ZERO, |rtt| {
             Self::one_loss_gap(self.config.period, rtt)
@@ -351,8 +415,8 @@ impl FailureDetector {
         // mean lets a host that slows down for a while (a throttling GPU) stretch its own
         // allowance within two steps, while a hang stops the steps and is caught at the old
         // pace.
-        let mean = p.step_ms.iter().sum::<u64>() / p.step_ms.len() as u64;
-        let recent = p.step_ms.iter().rev().take(2).sum::<u64>() / 2;
+        let mean = p.step_ms.mean_floor();
+        let recent = p.step_ms.recent_mean_floor(2);
         let step_time = Duration::from_millis(mean.max(recent));
         // Two periods at least: a lost heartbeat delays the sight of an advance by one.
         let slack = c.stall_slack.max(c.period * 2);
@@ -427,6 +491,56 @@ fn checkpoint_between(interval: Step, from: Step, to: Step) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_keeps_its_sums_as_a_walk_over_its_samples_would() {
+        let mut w = Window::<5>::new();
+        assert_eq!((w.len(), w.mean_floor(), w.mean_var()), (0, 0, (0.0, 0.0)));
+        // Gaps with jitter, one outlier, and more than the window holds: the sums must
+        // forget what left.
+        let xs = [
+            100u64,
+            104,
+            97,
+            100,
+            2_500,
+            99,
+            101,
+            103,
+            98,
+            100,
+            u64::from(u32::MAX),
+            7,
+        ];
+        for (i, &x) in xs.iter().enumerate() {
+            w.push(x);
+            let kept = &xs[(i + 1).saturating_sub(5)..=i];
+            assert_eq!(w.len(), kept.len());
+            let n = kept.len() as f64;
+            let mean = kept.iter().map(|&g| g as f64).sum::<f64>() / n;
+            let var = kept.iter().map(|&g| (g as f64 - mean).powi(2)).sum::<f64>() / n;
+            let (m, v) = w.mean_var();
+            assert!(
+                (m - mean).abs() <= mean * 1e-12,
+                "mean after {i}: {m} vs {mean}"
+            );
+            assert!(
+                (v - var).abs() <= var.max(1.0) * 1e-9,
+                "var after {i}: {v} vs {var}"
+            );
+            assert_eq!(w.mean_floor(), kept.iter().sum::<u64>() / kept.len() as u64);
+            let last2 = &kept[kept.len().saturating_sub(2)..];
+            assert_eq!(
+                w.recent_mean_floor(2),
+                last2.iter().sum::<u64>() / last2.len() as u64
+            );
+        }
+        // A sample past u32 (a gap of 49 days) counts as u32::MAX, not as a wrapped value.
+        let mut w = Window::<2>::new();
+        w.push(u64::MAX);
+        w.push(1);
+        assert_eq!(w.mean_floor(), 1 << 31, "(2³² − 1 + 1) / 2");
+    }
 
     fn ms(t: u64) -> Time {
         Time::from_millis(t)
