@@ -1,6 +1,8 @@
 //! The gossip payloads. Each carries the address that signed it; validation checks the
 //! signature recovers to that address before any state machine sees the message.
 
+use std::sync::Arc;
+
 use alloy_primitives::{Address, U256};
 use serde::{Deserialize, Serialize};
 
@@ -116,7 +118,10 @@ pub struct CheckpointAnnounce {
     pub step: Step,
     pub checkpoint_hash: Hash,
     /// `state_hash(parent_step) ..= state_hash(step)`, one per step (docs/interfaces.md).
-    pub state_hashes: Vec<Hash>,
+    /// Shared, not copied: the provider keeps its announcement until the escrow decides it,
+    /// and each verifier queues what it receives, an interval's hundreds of hashes each time.
+    /// Encoded as a list, as a `Vec` would be.
+    pub state_hashes: Arc<[Hash]>,
     /// [`state_root`] of `state_hashes`.
     pub state_root: Hash,
     /// The steps whose states the provider serves as blobs for spot checks: exactly
@@ -341,6 +346,19 @@ mod tests {
     }
 
     #[test]
+    fn shared_state_hashes_encode_as_the_list_they_were() {
+        // Sharing them must not change the wire format (nor the digest a signature covers).
+        let hashes: Vec<Hash> = (0..51u8).map(Hash::repeat_byte).collect();
+        let shared: Arc<[Hash]> = hashes.clone().into();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        ciborium::into_writer(&hashes, &mut a).unwrap();
+        ciborium::into_writer(&shared, &mut b).unwrap();
+        assert_eq!(a, b);
+        let back: Arc<[Hash]> = ciborium::from_reader(a.as_slice()).unwrap();
+        assert_eq!(&back[..], &hashes[..]);
+    }
+
+    #[test]
     fn commitment_consistency() {
         let hashes: Vec<Hash> = (0..51u8).map(Hash::repeat_byte).collect();
         let mut a = CheckpointAnnounce {
@@ -351,7 +369,7 @@ mod tests {
             step: 50,
             checkpoint_hash: Hash::repeat_byte(9),
             state_root: state_root(&hashes),
-            state_hashes: hashes,
+            state_hashes: hashes.into(),
             anchor_steps: anchor_steps(0, 50),
             signature: Sig65::ZERO,
         };
@@ -362,7 +380,8 @@ mod tests {
             off.anchor_steps = anchors;
             assert!(!off.commitment_is_consistent(), "{:?}", off.anchor_steps);
         }
-        a.state_hashes.pop();
+        let short = a.state_hashes.len() - 1;
+        a.state_hashes = a.state_hashes[..short].into();
         assert!(!a.commitment_is_consistent());
     }
 }

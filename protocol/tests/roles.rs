@@ -218,7 +218,7 @@ fn announce(job: u64, key: &SigningKey, epoch: u64, parent: u64, step: u64) -> M
             step,
             checkpoint_hash: Hash::repeat_byte(step as u8),
             state_root: state_root(&hashes),
-            state_hashes: hashes,
+            state_hashes: hashes.into(),
             anchor_steps: gpuchain_protocol::anchors::anchor_steps(parent, step),
             signature: Sig65::ZERO,
         }

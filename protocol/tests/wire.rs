@@ -255,7 +255,7 @@ fn message() -> impl Strategy<Value = Message> {
                         step,
                         checkpoint_hash,
                         state_root: state_root(&state_hashes),
-                        state_hashes,
+                        state_hashes: state_hashes.into(),
                         anchor_steps: gpuchain_protocol::anchors::anchor_steps(parent_step, step),
                         signature,
                     })
@@ -441,7 +441,7 @@ fn validator_checks_signatures_and_commitments() {
         checkpoint_hash: Hash::repeat_byte(1),
         state_root: state_root(&hashes),
         anchor_steps: gpuchain_protocol::anchors::anchor_steps(0, 50),
-        state_hashes: hashes,
+        state_hashes: hashes.into(),
         signature: Sig65::ZERO,
     }
     .sign(&key);
@@ -472,7 +472,8 @@ fn validator_checks_signatures_and_commitments() {
     }
 
     let mut short = ann;
-    short.state_hashes.pop();
+    let fewer = short.state_hashes.len() - 1;
+    short.state_hashes = short.state_hashes[..fewer].into();
     short.state_root = state_root(&short.state_hashes);
     let short = short.sign(&key);
     let bytes = Message::CheckpointAnnounce(short).encode();
@@ -525,7 +526,7 @@ fn announce_with_extreme_steps_is_refused_not_a_panic() {
         checkpoint_hash: Hash::ZERO,
         state_root: state_root(&hashes),
         anchor_steps: gpuchain_protocol::anchors::anchor_steps(0, u64::MAX),
-        state_hashes: hashes,
+        state_hashes: hashes.into(),
         signature: Sig65::ZERO,
     }
     .sign(&key);

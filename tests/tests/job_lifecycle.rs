@@ -853,7 +853,7 @@ async fn checkpoint_of_a_fenced_epoch_gets_no_votes_and_cannot_be_accepted() -> 
         step,
         checkpoint_hash,
         state_root: state_root(&hashes),
-        state_hashes: hashes,
+        state_hashes: hashes.into(),
         anchor_steps: gpuchain_protocol::anchors::anchor_steps(parent, step),
         signature: Sig65::ZERO,
     }

@@ -342,7 +342,7 @@ pub fn announce(key: &SigningKey, epoch: u64, parent: u64, step: u64, tag: u8) -
             step,
             checkpoint_hash: ckpt(tag, step),
             state_root: state_root(&hashes),
-            state_hashes: hashes,
+            state_hashes: hashes.into(),
             anchor_steps: gpuchain_protocol::anchors::anchor_steps(parent, step),
             signature: Sig65::ZERO,
         }
