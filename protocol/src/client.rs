@@ -218,7 +218,19 @@ enum PendingTx {
     Draw {
         job_id: JobId,
     },
+    /// A failure that needs no handling beyond its notice: not recorded.
     Other,
+}
+
+impl PendingTx {
+    fn job(&self) -> Option<JobId> {
+        match self {
+            PendingTx::Assign { job_id, .. }
+            | PendingTx::Decision { job_id, .. }
+            | PendingTx::Draw { job_id } => Some(*job_id),
+            PendingTx::Other => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -438,7 +450,10 @@ impl Client {
     fn submit(&mut self, tx: ChainTx, pending: PendingTx) -> TxId {
         let id = TxId(self.next_tx);
         self.next_tx += 1;
-        if !self.replaying {
+        // The chain reports failures only: a transaction that landed stays here until its
+        // job finishes, and one whose failure needs no handling is not kept at all, or a
+        // client running job after job would hold every transaction it ever sent.
+        if !self.replaying && !matches!(pending, PendingTx::Other) {
             self.pending.insert(id, pending);
         }
         self.emit(Output::SubmitTx { id, tx });
@@ -761,6 +776,8 @@ impl Client {
                 job.detector = None;
                 self.live.remove(&job_id);
                 job.bids.clear();
+                // A late failure of one of its transactions would change nothing now.
+                self.pending.retain(|_, p| p.job() != Some(job_id));
                 self.emit(Output::Unsubscribe {
                     topic: job_topic(job_id),
                 });

@@ -207,8 +207,8 @@ pub struct Driver {
     topics_of: Vec<BTreeSet<String>>,
     /// A publication's receivers, reused from one publication to the next.
     scratch: Vec<NodeId>,
-    to_id: FastMap<B256, Hash>,
-    to_b256: FastMap<Hash, B256>,
+    /// The training model's ids for checkpoint hashes, and back.
+    ids: HashIds,
     domain: EscrowDomain,
     /// How the machines sign (the escrow model recovers bid and vote signers under it too).
     scheme: Scheme,
@@ -402,8 +402,7 @@ impl Driver {
             subs: FastMap::default(),
             topics_of: vec![BTreeSet::new(); n],
             scratch: Vec::new(),
-            to_id: FastMap::default(),
-            to_b256: FastMap::default(),
+            ids: HashIds::default(),
             domain,
             scheme: w.cfg.protocol.signatures,
             slots: (0..n).map(|_| NodeSlot::default()).collect(),
@@ -527,7 +526,7 @@ impl Driver {
 
     /// The training model's id for a checkpoint hash it minted (`None` for any other hash).
     pub(crate) fn known_id(&self, h: &B256) -> Option<Hash> {
-        self.to_id.get(h).copied()
+        self.ids.known(h)
     }
 
     pub(crate) fn node(&self, a: &Address) -> Option<NodeId> {
@@ -561,23 +560,84 @@ impl Driver {
     }
 
     fn id_of(&mut self, h: B256) -> Hash {
-        if let Some(id) = self.to_id.get(&h) {
-            return *id;
+        self.ids.id_of(h)
+    }
+
+    fn b256_of(&mut self, id: Hash) -> B256 {
+        self.ids.b256_of(id)
+    }
+}
+
+/// The training model's checkpoint ids (counted from 1 by `World::new_hash`) as 256-bit
+/// hashes and back. A minted id's hash is the id left-padded, so only the fact that it was
+/// minted is kept, a bit per id: two hash maps of every checkpoint of a 10,000-node day
+/// were a third of its memory, and each lookup a cache miss. Hashes the model did not mint
+/// (spec hashes) are numbered above every checkpoint id, in the order they are first seen.
+#[derive(Default)]
+struct HashIds {
+    minted: Vec<u64>,
+    /// How many distinct hashes have an id, minted or not: the next foreign hash's number.
+    count: u64,
+    foreign_ids: FastMap<B256, Hash>,
+    foreign: FastMap<Hash, B256>,
+}
+
+impl HashIds {
+    fn is_minted(&self, id: Hash) -> bool {
+        usize::try_from(id / 64)
+            .ok()
+            .and_then(|w| self.minted.get(w))
+            .is_some_and(|w| w & (1 << (id % 64)) != 0)
+    }
+
+    /// The id a minted hash is the padding of.
+    fn minted_id(&self, h: &B256) -> Option<Hash> {
+        let (pad, low) = h.split_at(24);
+        if pad.iter().any(|b| *b != 0) {
+            return None;
         }
-        // Hashes the sim did not mint (spec hashes): numbered above every checkpoint id.
-        let id = crate::world::SPEC_HASH_BASE + self.to_id.len() as u64 + 1;
-        self.to_id.insert(h, id);
-        self.to_b256.insert(id, h);
+        let id = u64::from_be_bytes(low.try_into().ok()?);
+        self.is_minted(id).then_some(id)
+    }
+
+    fn known(&self, h: &B256) -> Option<Hash> {
+        self.minted_id(h)
+            .or_else(|| self.foreign_ids.get(h).copied())
+    }
+
+    fn id_of(&mut self, h: B256) -> Hash {
+        if let Some(id) = self.known(&h) {
+            return id;
+        }
+        self.count += 1;
+        let id = crate::world::SPEC_HASH_BASE + self.count;
+        self.foreign_ids.insert(h, id);
+        self.foreign.insert(id, h);
         id
     }
 
     fn b256_of(&mut self, id: Hash) -> B256 {
-        if let Some(h) = self.to_b256.get(&id) {
+        if let Some(h) = self.foreign.get(&id) {
             return *h;
         }
         let h = B256::left_padding_from(&id.to_be_bytes());
-        self.to_b256.insert(id, h);
-        self.to_id.insert(h, id);
+        if self.is_minted(id) {
+            return h;
+        }
+        self.count += 1;
+        match usize::try_from(id / 64) {
+            // Checkpoint ids are counted from 1, far below the foreign ones.
+            Ok(w) if id < crate::world::SPEC_HASH_BASE => {
+                if self.minted.len() <= w {
+                    self.minted.resize(w + 1, 0);
+                }
+                self.minted[w] |= 1 << (id % 64);
+            }
+            _ => {
+                self.foreign_ids.insert(h, id);
+                self.foreign.insert(id, h);
+            }
+        }
         h
     }
 }
@@ -1553,6 +1613,34 @@ impl World {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpoint_ids_and_foreign_hashes_map_both_ways() {
+        let mut ids = HashIds::default();
+        let spec = B256::repeat_byte(0xab);
+        let padded = |id: u64| B256::left_padding_from(&id.to_be_bytes());
+        // Not minted yet: unknown, and taken as foreign if an id is asked for.
+        assert_eq!(ids.known(&padded(7)), None);
+        for id in [1, 2, 64, 65, 1_000] {
+            assert_eq!(ids.b256_of(id), padded(id));
+            assert_eq!(
+                ids.b256_of(id),
+                padded(id),
+                "asking again mints nothing new"
+            );
+        }
+        assert_eq!(ids.known(&padded(64)), Some(64));
+        assert_eq!(ids.known(&padded(63)), None);
+        // Foreign hashes are numbered above the checkpoint ids, after every hash seen so far.
+        let first = ids.id_of(spec);
+        assert_eq!(first, crate::world::SPEC_HASH_BASE + 6);
+        assert_eq!(ids.id_of(spec), first);
+        assert_eq!(ids.b256_of(first), spec);
+        assert_eq!(ids.id_of(padded(65)), 65);
+        let unminted = ids.id_of(padded(3));
+        assert_eq!(unminted, crate::world::SPEC_HASH_BASE + 7);
+        assert_eq!(ids.b256_of(unminted), padded(3));
+    }
 
     /// The state hashes are the values the training model has always minted (a report
     /// carries none of them, but a changed value would move nothing but the announcements'
