@@ -575,7 +575,7 @@ impl Driver {
 /// (spec hashes) are numbered above every checkpoint id, in the order they are first seen.
 #[derive(Default)]
 struct HashIds {
-    minted: Vec<u64>,
+    minted: fixedbitset::FixedBitSet,
     /// How many distinct hashes have an id, minted or not: the next foreign hash's number.
     count: u64,
     foreign_ids: FastMap<B256, Hash>,
@@ -584,10 +584,7 @@ struct HashIds {
 
 impl HashIds {
     fn is_minted(&self, id: Hash) -> bool {
-        usize::try_from(id / 64)
-            .ok()
-            .and_then(|w| self.minted.get(w))
-            .is_some_and(|w| w & (1 << (id % 64)) != 0)
+        usize::try_from(id).is_ok_and(|i| self.minted.contains(i))
     }
 
     /// The id a minted hash is the padding of.
@@ -625,14 +622,9 @@ impl HashIds {
             return h;
         }
         self.count += 1;
-        match usize::try_from(id / 64) {
+        match usize::try_from(id) {
             // Checkpoint ids are counted from 1, far below the foreign ones.
-            Ok(w) if id < crate::world::SPEC_HASH_BASE => {
-                if self.minted.len() <= w {
-                    self.minted.resize(w + 1, 0);
-                }
-                self.minted[w] |= 1 << (id % 64);
-            }
+            Ok(i) if id < crate::world::SPEC_HASH_BASE => self.minted.grow_and_insert(i),
             _ => {
                 self.foreign_ids.insert(h, id);
                 self.foreign.insert(id, h);
